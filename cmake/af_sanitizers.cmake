@@ -1,0 +1,13 @@
+# AF_SANITIZE=address gives ASan+UBSan; AF_SANITIZE=thread gives TSan. Applied to everything we build.
+if(AF_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+elseif(AF_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT AF_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "AF_SANITIZE must be empty, 'address' or 'thread', not '${AF_SANITIZE}'")
+endif()
+if(NOT AF_SANITIZE STREQUAL "")
+  add_compile_options(-O1 -g)
+endif()

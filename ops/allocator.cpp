@@ -1,0 +1,269 @@
+#include "ops/allocator.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace af {
+
+namespace {
+
+constexpr std::size_t alignment = 64;
+constexpr std::size_t small_limit = std::size_t{1} << 20;
+
+// Sizes are rounded so that blocks of nearly equal size are interchangeable in the cache.
+std::size_t round_size(std::size_t nbytes) {
+  if (nbytes == 0) return alignment;
+  if (nbytes < small_limit) return (nbytes + 511) & ~std::size_t{511};
+  constexpr std::size_t big_step = std::size_t{1} << 16;
+  return (nbytes + big_step - 1) & ~(big_step - 1);
+}
+
+std::string describe(std::size_t bytes) {
+  return std::to_string(bytes) + " bytes";
+}
+
+class cpu_caching_allocator final : public allocator {
+ public:
+  explicit cpu_caching_allocator(allocator_options options) : options_(std::move(options)) {}
+
+  allocator_stats stats() const override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+  void release_cached() override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    drop_cache();
+  }
+  device dev() const override { return device::cpu(); }
+  ~cpu_caching_allocator() override { drop_cache(); }
+
+ protected:
+  expected<void*> allocate_block(std::size_t nbytes) override {
+    std::size_t size = round_size(nbytes);
+    std::lock_guard<std::mutex> guard{mtx_};
+    ++stats_.allocations;
+    // Reuse a cached block that is not much larger than asked for.
+    auto it = cache_.lower_bound(size);
+    if (it != cache_.end() && it->first <= size + size / 4 + 4096) {
+      void* ptr = it->second;
+      std::size_t block = it->first;
+      cache_.erase(it);
+      blocks_[ptr] = block;
+      stats_.bytes_cached -= block;
+      ++stats_.cache_hits;
+      note_in_use(block);
+      return ptr;
+    }
+    if (options_.memory_limit && stats_.bytes_reserved + size > options_.memory_limit) drop_cache();
+    if (options_.memory_limit && stats_.bytes_reserved + size > options_.memory_limit)
+      return make_error(errc::out_of_memory,
+                        options_.name + " allocator: cannot allocate " + describe(nbytes) + " with " +
+                            describe(stats_.bytes_in_use) + " in use under a limit of " +
+                            describe(options_.memory_limit));
+    void* ptr = std::aligned_alloc(alignment, size);
+    if (!ptr)
+      return make_error(errc::out_of_memory,
+                        options_.name + " allocator: the system refused " + describe(nbytes));
+    ++stats_.cache_misses;
+    stats_.bytes_reserved += size;
+    blocks_[ptr] = size;
+    note_in_use(size);
+    return ptr;
+  }
+
+  void free_block(void* ptr, std::size_t) noexcept override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end()) return;
+    std::size_t block = it->second;
+    blocks_.erase(it);
+    ++stats_.deallocations;
+    stats_.bytes_in_use -= block;
+    stats_.bytes_cached += block;
+    cache_.emplace(block, ptr);
+  }
+
+ private:
+  void note_in_use(std::size_t block) {
+    stats_.bytes_in_use += block;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  }
+  void drop_cache() {
+    for (auto& [size, ptr] : cache_) {
+      std::free(ptr);
+      stats_.bytes_reserved -= size;
+    }
+    stats_.bytes_cached = 0;
+    cache_.clear();
+  }
+
+  allocator_options options_;
+  mutable std::mutex mtx_;
+  allocator_stats stats_;
+  std::multimap<std::size_t, void*> cache_;  // block size -> free block
+  std::map<void*, std::size_t> blocks_;      // live block -> its rounded size
+};
+
+// One arena reserved and touched at start; best-fit sub-allocation with coalescing of free ranges.
+class cpu_arena_allocator final : public allocator {
+ public:
+  explicit cpu_arena_allocator(allocator_options options) : options_(std::move(options)) {}
+
+  expected<void> init() {
+    std::size_t size = round_size(options_.memory_limit);
+    arena_ = static_cast<char*>(std::aligned_alloc(alignment, size));
+    if (!arena_)
+      return make_error(errc::out_of_memory, options_.name + " allocator: cannot preallocate " +
+                                                 describe(options_.memory_limit));
+    std::memset(arena_, 0, size);  // touch every page now, not in the first training step
+    size_ = size;
+    stats_.bytes_reserved = size;
+    add_free(0, size);
+    return {};
+  }
+  ~cpu_arena_allocator() override { std::free(arena_); }
+
+  allocator_stats stats() const override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+  void release_cached() override {}
+  device dev() const override { return device::cpu(); }
+
+ protected:
+  expected<void*> allocate_block(std::size_t nbytes) override {
+    std::size_t size = round_size(nbytes);
+    std::lock_guard<std::mutex> guard{mtx_};
+    ++stats_.allocations;
+    auto it = by_size_.lower_bound(size);
+    if (it == by_size_.end())
+      return make_error(errc::out_of_memory,
+                        options_.name + " allocator: cannot allocate " + describe(nbytes) +
+                            " from a preallocated arena of " + describe(size_) + " with " +
+                            describe(stats_.bytes_in_use) + " in use");
+    auto [free_size, offset] = *it;
+    remove_free(offset, free_size);
+    if (free_size > size) add_free(offset + size, free_size - size);
+    live_[offset] = size;
+    ++stats_.cache_hits;
+    stats_.bytes_in_use += size;
+    stats_.bytes_cached = size_ - stats_.bytes_in_use;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    return static_cast<void*>(arena_ + offset);
+  }
+
+  void free_block(void* ptr, std::size_t) noexcept override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    std::size_t offset = static_cast<std::size_t>(static_cast<char*>(ptr) - arena_);
+    auto it = live_.find(offset);
+    if (it == live_.end()) return;
+    std::size_t size = it->second;
+    live_.erase(it);
+    ++stats_.deallocations;
+    stats_.bytes_in_use -= size;
+    stats_.bytes_cached = size_ - stats_.bytes_in_use;
+    // Coalesce with the free neighbours on both sides.
+    auto next = by_offset_.lower_bound(offset);
+    if (next != by_offset_.end() && next->first == offset + size) {
+      std::size_t next_size = next->second;
+      remove_free(next->first, next_size);
+      size += next_size;
+    }
+    auto prev = by_offset_.lower_bound(offset);
+    if (prev != by_offset_.begin()) {
+      --prev;
+      if (prev->first + prev->second == offset) {
+        std::size_t prev_offset = prev->first, prev_size = prev->second;
+        remove_free(prev_offset, prev_size);
+        offset = prev_offset;
+        size += prev_size;
+      }
+    }
+    add_free(offset, size);
+  }
+
+ private:
+  void add_free(std::size_t offset, std::size_t size) {
+    by_offset_[offset] = size;
+    by_size_.emplace(size, offset);
+  }
+  void remove_free(std::size_t offset, std::size_t size) {
+    by_offset_.erase(offset);
+    auto [lo, hi] = by_size_.equal_range(size);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second == offset) {
+        by_size_.erase(it);
+        break;
+      }
+  }
+
+  allocator_options options_;
+  mutable std::mutex mtx_;
+  allocator_stats stats_;
+  char* arena_ = nullptr;
+  std::size_t size_ = 0;
+  std::map<std::size_t, std::size_t> by_offset_;     // free range offset -> size
+  std::multimap<std::size_t, std::size_t> by_size_;  // free range size -> offset
+  std::map<std::size_t, std::size_t> live_;          // allocated offset -> size
+};
+
+std::mutex default_mtx;
+
+std::shared_ptr<allocator>& default_cpu_slot() {
+  static std::shared_ptr<allocator> slot = *make_cpu_allocator();
+  return slot;
+}
+
+}  // namespace
+
+expected<std::shared_ptr<storage>> allocator::allocate(std::size_t nbytes) {
+  auto block = allocate_block(nbytes);
+  if (!block) return std::move(block).error_value();
+  return std::make_shared<storage>(shared_from_this(), *block, nbytes);
+}
+
+expected<std::shared_ptr<allocator>> make_cpu_allocator(allocator_options options) {
+  if (options.policy == alloc_policy::preallocate) {
+    if (options.memory_limit == 0)
+      return make_error(errc::invalid_argument,
+                        options.name + " allocator: policy 'preallocate' needs a memory_limit");
+    auto arena = std::make_shared<cpu_arena_allocator>(std::move(options));
+    AF_TRY(arena->init());
+    return std::shared_ptr<allocator>{std::move(arena)};
+  }
+  return std::shared_ptr<allocator>{std::make_shared<cpu_caching_allocator>(std::move(options))};
+}
+
+std::shared_ptr<allocator> cpu_allocator() {
+  std::lock_guard<std::mutex> guard{default_mtx};
+  return default_cpu_slot();
+}
+
+void set_cpu_allocator(std::shared_ptr<allocator> alloc) {
+  std::lock_guard<std::mutex> guard{default_mtx};
+  default_cpu_slot() = std::move(alloc);
+}
+
+storage::storage(std::shared_ptr<allocator> owner, void* data, std::size_t nbytes) noexcept
+    : data_(data), nbytes_(nbytes), dev_(owner->dev()), owner_(std::move(owner)) {}
+
+storage::storage(void* data, std::size_t nbytes, device dev, std::function<void(void*)> deleter)
+    : data_(data), nbytes_(nbytes), dev_(dev), deleter_(std::move(deleter)) {}
+
+storage::~storage() {
+  if (owner_) owner_->free_block(data_, nbytes_);
+  else if (deleter_) deleter_(data_);
+}
+
+}  // namespace af

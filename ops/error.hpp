@@ -1,0 +1,99 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace af {
+
+/// The project's one error enum. Expected failures are values of this type plus a context string that
+/// names what was wrong and where (op and shapes, file and offset, request id, peer).
+enum class errc : uint8_t {
+  none = 0,
+  invalid_argument,  ///< an argument is out of its domain (negative axis count, bad stride, ...)
+  shape_mismatch,    ///< shapes cannot be broadcast or multiplied together
+  dtype_mismatch,    ///< an op got a dtype it does not support, or two that do not agree
+  unknown_dtype,     ///< a dtype name or code that actorflow does not know
+  out_of_memory,     ///< an allocation would exceed the device's memory limit
+  out_of_range,      ///< an index (gather, slice, one-hot) outside its dimension
+  malformed_input,   ///< bytes that do not parse (wire header, file, message)
+  io_error,          ///< the operating system refused a read, write or connection
+  peer_down,         ///< a remote node died or became unreachable with requests pending
+  timeout,           ///< a request was not answered in time
+  cancelled,         ///< the consumer cancelled the stream
+  protocol_violation,///< a peer broke the flow-control protocol (sent more than its credit, ...)
+  unsupported,       ///< the operation exists but not for this device, dtype or build
+};
+
+/// Short stable name of an error code ("shape_mismatch").
+const char* to_string(errc code) noexcept;
+
+/// An error code with its context.
+struct error {
+  errc code = errc::none;
+  std::string message;
+
+  explicit operator bool() const noexcept { return code != errc::none; }
+  /// "shape_mismatch: add: cannot broadcast [2,3] with [4]"
+  std::string to_string() const;
+};
+
+inline error make_error(errc code, std::string message) { return error{code, std::move(message)}; }
+
+/// A value or an error, in the spirit of C++23's std::expected (unavailable in C++20).
+template <class T>
+class expected {
+ public:
+  expected(T value) : state_(std::move(value)) {}
+  expected(error err) : state_(std::move(err)) {}
+
+  bool has_value() const noexcept { return state_.index() == 0; }
+  explicit operator bool() const noexcept { return has_value(); }
+
+  T& value() & { return std::get<0>(state_); }
+  const T& value() const& { return std::get<0>(state_); }
+  T&& value() && { return std::get<0>(std::move(state_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  const error& error_value() const& { return std::get<1>(state_); }
+  error&& error_value() && { return std::get<1>(std::move(state_)); }
+
+ private:
+  std::variant<T, error> state_;
+};
+
+/// expected<void>: success or an error.
+template <>
+class expected<void> {
+ public:
+  expected() = default;
+  expected(error err) : error_(std::move(err)) {}
+  bool has_value() const noexcept { return !error_; }
+  explicit operator bool() const noexcept { return has_value(); }
+  const error& error_value() const& { return error_; }
+  error&& error_value() && { return std::move(error_); }
+
+ private:
+  error error_;
+};
+
+}  // namespace af
+
+/// Propagate the error of an expected<T> expression, otherwise bind its value.
+#define AF_TRY_ASSIGN(lhs, expr)                        \
+  auto AF_CONCAT_(af_try_, __LINE__) = (expr);          \
+  if (!AF_CONCAT_(af_try_, __LINE__))                   \
+    return std::move(AF_CONCAT_(af_try_, __LINE__)).error_value(); \
+  lhs = std::move(AF_CONCAT_(af_try_, __LINE__)).value()
+#define AF_TRY(expr)                                               \
+  do {                                                             \
+    auto af_try_status_ = (expr);                                  \
+    if (!af_try_status_) return std::move(af_try_status_).error_value(); \
+  } while (false)
+#define AF_CONCAT_(a, b) AF_CONCAT_IMPL_(a, b)
+#define AF_CONCAT_IMPL_(a, b) a##b

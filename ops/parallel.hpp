@@ -1,0 +1,18 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace af {
+
+/// Threads that CPU kernels may use at once (default: the machine's cores). The runtime lowers it
+/// when actors already occupy the cores, so kernels and the scheduler do not oversubscribe.
+int thread_budget() noexcept;
+void set_thread_budget(int threads);
+
+/// Runs fn(begin, end) over disjoint chunks covering [0, n), each at least `grain` long, on up to
+/// thread_budget() threads. The calling thread takes part, so nested and concurrent calls from
+/// several actors cannot deadlock. Returns when every chunk has run.
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace af

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ops/error.hpp"
+#include "ops/tensor.hpp"
+
+namespace af {
+
+/// What a receiver needs to allocate a tensor before its payload bytes arrive.
+struct tensor_header {
+  dtype type = dtype::f32;
+  shape dims;
+  uint64_t payload_bytes = 0;
+  device origin = device::cpu();
+};
+
+/// Cap'n Proto encoding (flat, unpacked) of the header of `t`; the payload is not included.
+std::string encode_tensor_header(const tensor& t);
+
+/// Parses and validates a header: malformed_input or unknown_dtype with the reason, never throws.
+/// Validation covers negative dimensions and a payload size that disagrees with dtype and shape.
+expected<tensor_header> decode_tensor_header(const void* bytes, std::size_t size);
+
+}  // namespace af
