@@ -1,0 +1,71 @@
+#include "actors/runtime.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "actors/caf_error.hpp"
+#include "actors/message_types.hpp"
+#include "ops/parallel.hpp"
+
+namespace af {
+
+namespace {
+
+class actorflow_config : public caf::actor_system_config {
+ public:
+  explicit actorflow_config(const runtime_options& options) {
+    configure_actor_system(*this);
+    if (!options.caf_args.empty()) parse(options.caf_args);
+    const int threads = options.scheduler_threads > 0
+                            ? options.scheduler_threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    set("scheduler.max-threads", static_cast<size_t>(threads));
+    if (options.network) {
+      load<caf::io::middleman>();
+      if (options.heartbeat_interval_ms > 0)
+        set("middleman.heartbeat-interval",
+            caf::timespan{std::chrono::milliseconds{options.heartbeat_interval_ms}});
+      if (options.connection_timeout_ms > 0)
+        set("middleman.connection-timeout",
+            caf::timespan{std::chrono::milliseconds{options.connection_timeout_ms}});
+    }
+  }
+};
+
+}  // namespace
+
+void configure_actor_system(caf::actor_system_config& cfg) {
+  register_error_category(cfg);
+  cfg.add_message_type<tensor>("af.tensor");
+  cfg.add_message_type<std::vector<tensor>>("af.tensors");
+  cfg.add_message_type<named_tensor>("af.named_tensor");
+  cfg.add_message_type<element>("af.element");
+  cfg.add_message_type<std::vector<element>>("af.elements");
+}
+
+struct runtime::impl {
+  runtime_options options;
+  actorflow_config config;
+  caf::actor_system system;
+
+  explicit impl(runtime_options opts)
+      : options(std::move(opts)), config(options), system(config) {}
+};
+
+runtime::runtime(runtime_options options) {
+  if (options.kernel_threads > 0) set_thread_budget(options.kernel_threads);
+  impl_ = std::make_unique<impl>(std::move(options));
+}
+
+runtime::~runtime() = default;
+
+caf::actor_system& runtime::system() noexcept { return impl_->system; }
+
+const runtime_options& runtime::options() const noexcept { return impl_->options; }
+
+}  // namespace af

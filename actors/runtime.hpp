@@ -1,0 +1,50 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/fwd.hpp>
+
+namespace af {
+
+/// How the runtime starts CAF.
+struct runtime_options {
+  /// Scheduler worker threads; 0 picks the machine's cores (CAF's default of max(4, cores) adds
+  /// latency on 2-core machines).
+  int scheduler_threads = 0;
+  /// Threads CPU kernels may use (af::set_thread_budget); 0 leaves the current budget.
+  int kernel_threads = 0;
+  /// Load CAF's middleman so that this process can publish actors and reach remote nodes.
+  bool network = false;
+  /// Heartbeats between nodes (milliseconds, 0 = off); a peer silent for `connection_timeout_ms`
+  /// is declared dead even if its socket stays open.
+  int heartbeat_interval_ms = 0;
+  int connection_timeout_ms = 0;
+  /// Further CAF options in command-line form ("--scheduler.policy=sharing").
+  std::vector<std::string> caf_args;
+};
+
+/// The actorflow actor system: CAF with our message types, error category and scheduler settings.
+/// Owns the caf::actor_system; destroying the runtime waits for all its actors to finish.
+class runtime {
+ public:
+  explicit runtime(runtime_options options = {});
+  ~runtime();
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  caf::actor_system& system() noexcept;
+  const runtime_options& options() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// Adds actorflow's message types and error category to a CAF configuration. af::runtime calls it;
+/// tests that build their own config (the deterministic test_coordinator) call it too. Both ends of
+/// a network link must be configured alike, or messages arrive empty.
+void configure_actor_system(caf::actor_system_config& cfg);
+
+}  // namespace af
