@@ -11,14 +11,18 @@
 namespace af {
 
 std::string encode_tensor_header(const tensor& t) {
+  return encode_tensor_header(tensor_header{t.type(), t.shape(), t.nbytes(), t.dev()});
+}
+
+std::string encode_tensor_header(const tensor_header& in) {
   capnp::MallocMessageBuilder message;
   auto header = message.initRoot<schema::TensorHeader>();
-  header.setDtype(static_cast<uint8_t>(t.type()));
-  auto dims = header.initShape(static_cast<unsigned>(t.ndim()));
-  for (int i = 0; i < t.ndim(); ++i) dims.set(static_cast<unsigned>(i), t.shape()[i]);
-  header.setPayloadBytes(t.nbytes());
-  header.setDeviceType(static_cast<uint8_t>(t.dev().type));
-  header.setDeviceIndex(t.dev().index);
+  header.setDtype(static_cast<uint8_t>(in.type));
+  auto dims = header.initShape(static_cast<unsigned>(in.dims.size()));
+  for (std::size_t i = 0; i < in.dims.size(); ++i) dims.set(static_cast<unsigned>(i), in.dims[i]);
+  header.setPayloadBytes(in.payload_bytes);
+  header.setDeviceType(static_cast<uint8_t>(in.origin.type));
+  header.setDeviceIndex(in.origin.index);
   auto words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();
   return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
@@ -38,8 +42,12 @@ expected<tensor_header> decode_tensor_header(const void* bytes, std::size_t size
     if (!type) return make_error(errc::unknown_dtype, "tensor header: " + type.error_value().message);
     tensor_header out;
     out.type = *type;
+    auto shape = header.getShape();
+    if (shape.size() > max_tensor_rank)
+      return make_error(errc::malformed_input, "tensor header: rank " + std::to_string(shape.size()) +
+                                                   " exceeds " + std::to_string(max_tensor_rank));
     uint64_t count = 1;
-    for (auto d : header.getShape()) {
+    for (auto d : shape) {
       if (d < 0)
         return make_error(errc::malformed_input, "tensor header: negative dimension " + std::to_string(d));
       out.dims.push_back(d);

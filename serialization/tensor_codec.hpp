@@ -17,8 +17,14 @@ struct tensor_header {
   device origin = device::cpu();
 };
 
+/// Largest rank a decoder accepts; deeper shapes are treated as malformed input.
+inline constexpr std::size_t max_tensor_rank = 64;
+
 /// Cap'n Proto encoding (flat, unpacked) of the header of `t`; the payload is not included.
 std::string encode_tensor_header(const tensor& t);
+/// Encodes `header` exactly as given, without validating it (writers of files and tests that
+/// need headers no tensor could produce, such as an unknown dtype code or a wrong payload size).
+std::string encode_tensor_header(const tensor_header& header);
 
 /// Parses and validates a header: malformed_input or unknown_dtype with the reason, never throws.
 /// Validation covers negative dimensions and a payload size that disagrees with dtype and shape.
