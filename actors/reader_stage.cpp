@@ -1,0 +1,154 @@
+// The blocking reader: a sink actor fills a bounded queue, a plain thread drains it. Credit returns
+// to the sink only when the reader has taken elements, so the reader's pace is the pipeline's pace.
+
+#include <caf/actor.hpp>
+#include <caf/send.hpp>
+
+#include <condition_variable>
+#include <mutex>
+#include <variant>
+
+#include "actors/stage_actor.hpp"
+
+namespace af {
+
+namespace {
+
+// Shared by the sink actor (producer side) and the reader thread.
+class reader_queue final : public detail::sink_target {
+ public:
+  expected<void> deliver(std::vector<element>&& batch) override {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      for (auto& e : batch) items_.push_back(std::move(e));
+    }
+    cv_.notify_one();
+    return {};
+  }
+  void done(const error& status) override {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (finished_) return;
+      finished_ = true;
+      status_ = status;
+    }
+    cv_.notify_one();
+  }
+  bool releases_on_delivery() const noexcept override { return false; }
+
+  /// Waits for an element or the end; elements that arrived before the end come first.
+  /// `before_wait` runs (unlocked) only if the call has to block.
+  template <class F>
+  std::variant<element, error> pop(F&& before_wait) {
+    std::unique_lock<std::mutex> lock{mtx_};
+    if (items_.empty() && !finished_) {
+      lock.unlock();
+      before_wait();
+      lock.lock();
+      cv_.wait(lock, [this] { return !items_.empty() || finished_; });
+    }
+    if (!items_.empty()) {
+      element e = std::move(items_.front());
+      items_.pop_front();
+      return e;
+    }
+    return status_;
+  }
+
+ private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<element> items_;
+  bool finished_ = false;
+  error status_;
+};
+
+}  // namespace
+
+struct element_stream::impl {
+  impl(std::string name, std::size_t window)
+      : slots(window), act(name), consume_name(trace::intern("consume")),
+        waiting_name(trace::intern("waiting for input")) {}
+
+  std::size_t slots;
+  std::shared_ptr<reader_queue> queue = std::make_shared<reader_queue>();
+  topology topo;  // after queue: shut down first, while the queue still exists
+  caf::actor sink;
+  std::size_t unreleased = 0;
+  bool finished = false;
+  error status;
+  trace::activity act;  // the reader thread's own spans: consuming vs waiting for the pipeline
+  trace::name_id consume_name;
+  trace::name_id waiting_name;
+
+  void release() {
+    if (unreleased == 0) return;
+    caf::anon_send(sink, detail::release_atom::value, static_cast<uint64_t>(unreleased));
+    unreleased = 0;
+  }
+};
+
+element_stream::element_stream(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+element_stream::element_stream(element_stream&&) noexcept = default;
+element_stream& element_stream::operator=(element_stream&&) noexcept = default;
+
+element_stream::~element_stream() {
+  if (impl_) impl_->act.leave();
+}
+
+expected<std::optional<element>> element_stream::next() {
+  auto& s = *impl_;
+  if (s.finished) {
+    if (s.status) return s.status;
+    return std::optional<element>{};
+  }
+  s.act.leave();  // the caller's work since the last element ends here
+  auto got = s.queue->pop([&] {
+    s.release();  // never block while holding credit the pipeline needs
+    s.act.enter(trace::category::waiting_for_input, s.waiting_name);
+  });
+  s.act.leave(std::holds_alternative<element>(got) ? 1 : 0);
+  if (auto* e = std::get_if<element>(&got)) {
+    if (++s.unreleased >= std::max<std::size_t>(1, s.slots / 2)) s.release();
+    s.act.enter(trace::category::busy, s.consume_name);
+    return std::optional<element>{std::move(*e)};
+  }
+  s.finished = true;
+  s.status = std::get<error>(std::move(got));
+  s.topo.shutdown();  // every stage has finished or is finishing: collect them now
+  if (s.status) return s.status;
+  return std::optional<element>{};
+}
+
+element_stream::iterator element_stream::begin() { return iterator{this}; }
+
+element_stream::iterator& element_stream::iterator::operator++() {
+  auto next = owner_->next();
+  if (next && next->has_value())
+    current_ = std::move(**next);
+  else
+    current_.reset();
+  return *this;
+}
+
+const error& element_stream::status() const noexcept { return impl_->status; }
+
+void element_stream::cancel() {
+  auto& s = *impl_;
+  s.act.leave();
+  s.topo.shutdown();
+  if (!s.finished) {
+    s.finished = true;
+    s.status = make_error(errc::cancelled, "the reader cancelled the stream");
+  }
+}
+
+std::vector<stage_counters> element_stream::counters() const { return impl_->topo.counters(); }
+
+element_stream iterate(runtime& rt, const pipeline& p, sink_options options) {
+  auto state = std::make_unique<element_stream::impl>(options.name, std::max<std::size_t>(1, options.slots));
+  state->topo = detail::launch_with_sink(rt, p, options, state->queue, &state->sink);
+  return element_stream{std::move(state)};
+}
+
+}  // namespace af

@@ -1,0 +1,135 @@
+// A sink: the consuming end of a pipeline. It grants credit for `slots` elements and hands what
+// arrives to a target: a callback (credit comes back at once) or a blocking reader's queue (credit
+// comes back when the reader releases elements, so a stalled reader stalls the whole pipeline).
+
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/stage_actor.hpp"
+
+namespace af::detail {
+
+namespace {
+
+// -- state --------------------------------------------------------------------------------------
+
+struct sink_state {
+  std::string name;
+  std::size_t slots = 1;
+  std::size_t held = 0;  // delivered to the target and not yet released
+  flow::inbound in;
+  std::shared_ptr<sink_target> target;
+  std::shared_ptr<stage_metrics> metrics;
+  std::unique_ptr<trace::activity> act;
+  trace::name_id deliver_name = trace::intern("deliver");
+  trace::name_id waiting_name = trace::intern("waiting for input");
+  bool finished = false;
+};
+
+using sink_actor = caf::stateful_actor<sink_state>;
+
+// -- behaviour ----------------------------------------------------------------------------------
+
+void finish(sink_actor* self, const error& status) {
+  auto& st = self->state;
+  if (!st.finished) {
+    st.finished = true;
+    st.act->leave();
+    st.metrics->publish(*st.act, st.held);
+    st.target->done(status);
+  }
+  self->quit();
+}
+
+void top_up(sink_actor* self) {
+  auto& st = self->state;
+  if (st.held < st.slots) st.in.grant_up_to(self, st.slots - st.held);
+  // Waiting only counts while credit is out and nothing has come back for it. A reader's queue
+  // records its own spans on the reader thread instead.
+  if (st.in.granted() > 0 && st.target->releases_on_delivery())
+    st.act->enter(trace::category::waiting_for_input, st.waiting_name);
+  else
+    st.act->leave();
+  st.metrics->publish(*st.act, st.held);
+}
+
+caf::behavior sink_stage(sink_actor* self, std::string name, std::size_t slots, caf::actor upstream,
+                         std::shared_ptr<sink_target> target, std::shared_ptr<stage_metrics> metrics) {
+  auto& st = self->state;
+  st.act = std::make_unique<trace::activity>(name);
+  st.name = std::move(name);
+  st.slots = slots < 1 ? 1 : slots;
+  st.in = flow::inbound{std::move(upstream)};
+  st.target = std::move(target);
+  st.metrics = std::move(metrics);
+  st.in.attach(self);
+  top_up(self);
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    auto& s = self->state;
+    if (msg.source == s.in.producer().address() && !s.in.closed()) {
+      s.in.close();
+      finish(self, make_error(errc::peer_down, "sink '" + s.name +
+                                                   "': upstream terminated without end (" +
+                                                   to_string(msg.reason) + ")"));
+    }
+  });
+  return {
+      [self](flow::batch_atom, std::vector<element>& items) {
+        auto& s = self->state;
+        if (s.in.closed()) return;
+        if (auto err = s.in.on_batch(items.size(), s.name)) {
+          s.in.cancel(self);
+          finish(self, from_caf_error(err));
+          return;
+        }
+        const std::size_t n = items.size();
+        s.held += n;
+        s.metrics->items_in.fetch_add(n, std::memory_order_relaxed);
+        s.act->leave();
+        const int64_t start = trace::now_ns();
+        auto delivered = s.target->deliver(std::move(items));
+        if (s.target->releases_on_delivery()) {
+          s.act->busy_since(start, s.deliver_name, static_cast<uint32_t>(n));
+          s.held -= n;
+          s.metrics->items_out.fetch_add(n, std::memory_order_relaxed);
+        }
+        if (!delivered) {
+          s.in.cancel(self);
+          finish(self, delivered.error_value());
+          return;
+        }
+        top_up(self);
+      },
+      [self](release_atom, uint64_t n) {
+        auto& s = self->state;
+        const auto k = static_cast<std::size_t>(std::min<uint64_t>(n, s.held));
+        s.held -= k;
+        s.metrics->items_out.fetch_add(k, std::memory_order_relaxed);
+        top_up(self);
+      },
+      [self](flow::end_atom) {
+        self->state.in.close();
+        finish(self, {});
+      },
+      [self](flow::fail_atom, const caf::error& err) {
+        self->state.in.close();
+        finish(self, from_caf_error(err));
+      },
+      [self](flow::cancel_atom) {
+        self->state.in.cancel(self);
+        finish(self, make_error(errc::cancelled, "sink '" + self->state.name + "' was cancelled"));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_sink(caf::actor_system& sys, std::string name, std::size_t slots,
+                      caf::actor upstream, std::shared_ptr<sink_target> target,
+                      std::shared_ptr<stage_metrics> metrics) {
+  return sys.spawn(sink_stage, std::move(name), slots, std::move(upstream), std::move(target),
+                   std::move(metrics));
+}
+
+}  // namespace af::detail

@@ -1,0 +1,101 @@
+// A source stage: pulls elements from a C++ generator into its output slots and sends them as the
+// consumer's credit allows. It fills its slots ahead of demand (that is what prefetching is) but
+// never beyond them, and sends nothing without credit.
+
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/stage_actor.hpp"
+
+namespace af::detail {
+
+namespace {
+
+// -- state --------------------------------------------------------------------------------------
+
+struct source_state {
+  generator_fn gen;  // a copy per launch, so generators with state do not share it
+  std::unique_ptr<stage_output> out;
+  trace::name_id generate_name = trace::intern("generate");
+  bool step_pending = false;
+};
+
+using source_actor = caf::stateful_actor<source_state>;
+
+// -- behaviour ----------------------------------------------------------------------------------
+
+void schedule_step(source_actor* self) {
+  if (self->state.step_pending) return;
+  self->state.step_pending = true;
+  self->send(self, step_atom::value);
+}
+
+// Generates until the slots are full, the stream ends, or the time slice is used up.
+void run(source_actor* self) {
+  auto& st = self->state;
+  auto& out = *st.out;
+  out.act.leave();
+  const int64_t start = trace::now_ns();
+  uint32_t produced = 0;
+  bool worked = false;
+  while (!out.has_terminal() && out.free_slots() > 0 && trace::now_ns() - start < time_slice_ns) {
+    worked = true;
+    auto next = call_guarded([&] { return st.gen(); }, "generator");
+    if (!next) {
+      out.set_terminal(out.stage_error(next.error_value()));
+    } else if (!next->has_value()) {
+      out.set_terminal(caf::error{});
+    } else {
+      out.buffer.push_back(std::move(**next));
+      ++produced;
+    }
+  }
+  if (worked) out.act.busy_since(start, st.generate_name, produced);
+  out.metrics().items_in.fetch_add(produced, std::memory_order_relaxed);
+  if (out.flush(self)) {
+    self->quit();
+    return;
+  }
+  if (!out.has_terminal() && out.free_slots() > 0) schedule_step(self);
+  out.rest(false, out.buffer.size());
+}
+
+caf::behavior source_stage(source_actor* self, stage_spec spec,
+                           std::shared_ptr<stage_metrics> metrics) {
+  self->state.gen = std::move(spec.gen);
+  self->state.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    // Only the consumer is monitored: its death is a cancel.
+    if (msg.source == self->state.out->port.consumer().address()) self->quit();
+  });
+  schedule_step(self);
+  return {
+      [self](flow::demand_atom, uint64_t n) {
+        auto& out = *self->state.out;
+        if (!out.port.on_demand(self, self->current_sender(), n)) {
+          self->send(caf::actor_cast<caf::actor>(self->current_sender()), flow::fail_atom::value,
+                     make_caf_error(errc::protocol_violation,
+                                    "stage '" + out.name + "' already serves another consumer"));
+          return;
+        }
+        run(self);
+      },
+      [self](flow::cancel_atom) { self->quit(); },
+      [self](step_atom) {
+        self->state.step_pending = false;
+        run(self);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_source(caf::actor_system& sys, const stage_spec& spec,
+                        std::shared_ptr<stage_metrics> metrics) {
+  if (spec.options.detached)
+    return sys.spawn<caf::detached>(source_stage, spec, std::move(metrics));
+  return sys.spawn(source_stage, spec, std::move(metrics));
+}
+
+}  // namespace af::detail

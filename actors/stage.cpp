@@ -1,0 +1,203 @@
+// Pipeline descriptions, launching them as topologies of stage actors, and the blocking reader.
+
+#include "actors/stage.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+
+#include "actors/runtime.hpp"
+#include "actors/stage_actor.hpp"
+
+namespace af {
+
+using detail::stage_metrics;
+
+// -- pipeline -----------------------------------------------------------------------------------
+
+pipeline pipeline::from_generator(std::string name, generator_fn gen, stage_options options) {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::generator;
+  spec->name = std::move(name);
+  spec->options = options;
+  spec->gen = std::move(gen);
+  pipeline p;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
+pipeline pipeline::from_actor(std::string name, caf::actor producer) {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::actor;
+  spec->name = std::move(name);
+  spec->producer = std::move(producer);
+  pipeline p;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
+pipeline pipeline::transform(std::string name, transform_fn fn, stage_options options) const {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::transform;
+  spec->name = std::move(name);
+  spec->options = options;
+  spec->fn = std::move(fn);
+  pipeline p = *this;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
+std::size_t pipeline::total_slots() const {
+  std::size_t n = 0;
+  for (const auto& s : stages_)
+    if (s->what != stage_spec::kind::actor) n += std::max<std::size_t>(1, s->options.slots);
+  return n;
+}
+
+std::string pipeline::to_dot() const {
+  std::string out = "digraph pipeline {\n  rankdir=LR;\n";
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    const auto& s = *stages_[i];
+    out += "  s" + std::to_string(i) + " [label=\"" + s.name;
+    if (s.what != stage_spec::kind::actor) out += "\\nslots " + std::to_string(s.options.slots);
+    out += "\"];\n";
+    if (i > 0) out += "  s" + std::to_string(i - 1) + " -> s" + std::to_string(i) + ";\n";
+  }
+  return out + "}\n";
+}
+
+// -- topology -----------------------------------------------------------------------------------
+
+struct topology::impl {
+  caf::actor_system* sys = nullptr;
+  std::vector<caf::actor> owned;  // stage actors we spawned (not an external source)
+  caf::actor tail;
+  std::vector<std::shared_ptr<stage_metrics>> metrics;
+  bool down = false;
+};
+
+topology::topology() = default;
+topology::topology(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+topology::topology(topology&&) noexcept = default;
+topology& topology::operator=(topology&& other) noexcept {
+  if (this != &other) {
+    shutdown();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+topology::~topology() { shutdown(); }
+
+caf::actor topology::tail() const { return impl_ ? impl_->tail : caf::actor{}; }
+
+std::vector<stage_counters> topology::counters() const {
+  std::vector<stage_counters> out;
+  if (impl_)
+    for (const auto& m : impl_->metrics) out.push_back(m->snapshot());
+  return out;
+}
+
+void topology::shutdown() {
+  if (!impl_ || impl_->down) return;
+  impl_->down = true;
+  if (impl_->owned.empty()) return;
+  caf::scoped_actor self{*impl_->sys};
+  for (const auto& a : impl_->owned) self->monitor(a);
+  // Cancel every stage directly rather than only the tail: a stage busy in a long function then
+  // does not delay the others' shutdown. A stage that already finished yields its down at once.
+  for (const auto& a : impl_->owned) self->send(a, flow::cancel_atom::value);
+  for (std::size_t i = 0; i < impl_->owned.size(); ++i) {
+    bool timed_out = false;
+    self->receive([](const caf::down_msg&) {},
+                  caf::after(std::chrono::seconds(60)) >> [&] { timed_out = true; });
+    if (timed_out) {
+      // A user function that never returns: report it rather than hang silently.
+      std::fprintf(stderr, "actorflow: a pipeline stage did not stop within 60 s of cancel\n");
+      break;
+    }
+  }
+}
+
+namespace {
+
+std::unique_ptr<topology::impl> spawn_stages(runtime& rt, const pipeline& p) {
+  AF_ASSERT(!p.stages().empty());  // a pipeline starts with from_generator or from_actor
+  auto state = std::make_unique<topology::impl>();
+  state->sys = &rt.system();
+  caf::actor prev;
+  for (const auto& spec : p.stages()) {
+    auto metrics = std::make_shared<stage_metrics>(spec->name);
+    switch (spec->what) {
+      case stage_spec::kind::generator:
+        prev = detail::spawn_source(rt.system(), *spec, metrics);
+        state->owned.push_back(prev);
+        break;
+      case stage_spec::kind::actor:
+        prev = spec->producer;  // external: we neither own nor count it
+        continue;
+      case stage_spec::kind::transform:
+        prev = detail::spawn_transform(rt.system(), *spec, prev, metrics);
+        state->owned.push_back(prev);
+        break;
+    }
+    state->metrics.push_back(std::move(metrics));
+  }
+  state->tail = prev;
+  return state;
+}
+
+// Hands each element to a callback.
+class callback_target final : public detail::sink_target {
+ public:
+  callback_target(element_handler on_element, done_handler on_done)
+      : on_element_(std::move(on_element)), on_done_(std::move(on_done)) {}
+  expected<void> deliver(std::vector<element>&& batch) override {
+    for (auto& e : batch) {
+      auto ok = detail::call_guarded([&] { return on_element_(std::move(e)); }, "element handler");
+      if (!ok) return ok;
+    }
+    return {};
+  }
+  void done(const error& status) override {
+    if (on_done_) on_done_(status);
+  }
+  bool releases_on_delivery() const noexcept override { return true; }
+
+ private:
+  element_handler on_element_;
+  done_handler on_done_;
+};
+
+}  // namespace
+
+topology launch(runtime& rt, const pipeline& p) { return topology{spawn_stages(rt, p)}; }
+
+namespace detail {
+
+topology launch_with_sink(runtime& rt, const pipeline& p, const sink_options& options,
+                          std::shared_ptr<sink_target> target, caf::actor* sink) {
+  auto state = spawn_stages(rt, p);
+  auto metrics = std::make_shared<stage_metrics>(options.name);
+  auto handle = detail::spawn_sink(rt.system(), options.name, options.slots, state->tail,
+                                   std::move(target), metrics);
+  if (sink) *sink = handle;
+  state->owned.push_back(std::move(handle));
+  state->metrics.push_back(std::move(metrics));
+  return topology{std::move(state)};
+}
+
+}  // namespace detail
+
+topology launch(runtime& rt, const pipeline& p, sink_options options, element_handler on_element,
+                done_handler on_done) {
+  return detail::launch_with_sink(
+      rt, p, options, std::make_shared<callback_target>(std::move(on_element), std::move(on_done)));
+}
+
+}  // namespace af

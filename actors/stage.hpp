@@ -1,0 +1,172 @@
+#pragma once
+
+// Pipeline stages as actors speaking the credit protocol of actors/flow_protocol.hpp.
+//
+// A pipeline is an immutable description (a source and a chain of transforms); launching it spawns
+// one actor per stage. Every stage owns a fixed number of output slots, acts only when it has an
+// input and a free slot, and asks upstream for exactly as much as it has room for, so a topology
+// never holds more elements than the sum of its slots (plus, transiently, the extra outputs of one
+// transform call that expands an element into several).
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/fwd.hpp>
+
+#include "ops/element.hpp"
+#include "ops/error.hpp"
+
+namespace af {
+
+class runtime;
+
+/// Per-stage settings.
+struct stage_options {
+  /// Output slots: elements the stage may hold ready for its consumer (at least 1).
+  std::size_t slots = 2;
+  /// Runs the stage on its own thread (for generators or functions that block on I/O).
+  bool detached = false;
+};
+
+/// Produces the next element; nullopt ends the stream, an error fails it.
+using generator_fn = std::function<expected<std::optional<element>>()>;
+/// Maps one element to zero or more. An error or an exception fails the stream (never a crash).
+using transform_fn = std::function<expected<std::vector<element>>(element)>;
+
+/// What a stage did so far (for autotune and reports); a snapshot, read while the stage runs.
+struct stage_counters {
+  std::string name;
+  uint64_t items_in = 0;   ///< elements taken from upstream (generated, for a source)
+  uint64_t items_out = 0;  ///< elements sent downstream (delivered, for a sink)
+  int64_t busy_ns = 0;     ///< running the user's function
+  int64_t waiting_ns = 0;  ///< room to work but no input
+  int64_t blocked_ns = 0;  ///< output slots full, no credit from downstream
+  uint64_t buffered = 0;   ///< elements held right now
+};
+
+struct stage_spec;
+
+/// An immutable description of a linear topology: a source followed by transforms. Cheap to copy.
+class pipeline {
+ public:
+  /// A source stage pulling from `gen`.
+  static pipeline from_generator(std::string name, generator_fn gen, stage_options options = {});
+  /// An existing producer actor (any actor speaking the flow protocol, local or remote) as source.
+  static pipeline from_actor(std::string name, caf::actor producer);
+  /// This pipeline followed by a transform stage.
+  pipeline transform(std::string name, transform_fn fn, stage_options options = {}) const;
+
+  /// Upper bound on the elements the stages hold at once (excluding any sink).
+  std::size_t total_slots() const;
+  /// Graphviz description: one node per stage labelled with its slots.
+  std::string to_dot() const;
+  const std::vector<std::shared_ptr<const stage_spec>>& stages() const noexcept { return stages_; }
+
+ private:
+  std::vector<std::shared_ptr<const stage_spec>> stages_;
+};
+
+/// A launched pipeline: owns its stage actors. Destroying it (or shutdown()) cancels the flow and
+/// waits until every stage actor has terminated. The runtime must outlive it.
+class topology {
+ public:
+  topology();
+  topology(topology&&) noexcept;
+  topology& operator=(topology&&) noexcept;
+  ~topology();
+
+  /// The last producer: a consumer actor attaches by sending it (flow::demand_atom, n).
+  caf::actor tail() const;
+  /// One snapshot per stage, source first (then the sink, if launched with one).
+  std::vector<stage_counters> counters() const;
+  /// Cancels every stage and waits until all have terminated; idempotent.
+  void shutdown();
+
+  struct impl;
+  explicit topology(std::unique_ptr<impl> state);
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+/// Spawns the stages of `p`; the tail waits for a consumer's demand.
+topology launch(runtime& rt, const pipeline& p);
+
+/// Settings of a sink.
+struct sink_options {
+  /// Credit the sink grants: elements delivered to it but not yet consumed, at most.
+  std::size_t slots = 4;
+  std::string name = "sink";
+};
+
+/// Called by a sink actor for each element, on a scheduler thread. An error cancels upstream and
+/// becomes the stream's result.
+using element_handler = std::function<expected<void>(element&&)>;
+/// Called once when the stream ends: an error with errc::none on end, else the failure.
+using done_handler = std::function<void(const error&)>;
+
+/// Spawns `p` followed by an actor-side sink that hands every element to `on_element`.
+topology launch(runtime& rt, const pipeline& p, sink_options options, element_handler on_element,
+                done_handler on_done);
+
+/// A blocking reader over a launched pipeline, for plain (non-actor) code. Credit is tied to what
+/// the reader consumes: at most `slots` elements wait for it. Destroying the stream early cancels
+/// upstream and waits until the topology has shut down. Not thread-safe: one reader thread.
+class element_stream {
+ public:
+  class iterator;
+
+  element_stream(element_stream&&) noexcept;
+  element_stream& operator=(element_stream&&) noexcept;
+  ~element_stream();
+
+  /// The next element; nullopt after the end; the stream's error after a failure.
+  expected<std::optional<element>> next();
+  /// Range access: iteration stops at the end or at an error (then see status()).
+  iterator begin();
+  std::default_sentinel_t end() const noexcept { return {}; }
+  /// errc::none while running and after a clean end; the failure otherwise.
+  const error& status() const noexcept;
+  /// Cancels upstream now and waits for the topology to shut down; next() then reports cancelled.
+  void cancel();
+  /// Counters of every stage, the reader last.
+  std::vector<stage_counters> counters() const;
+
+  struct impl;
+  explicit element_stream(std::unique_ptr<impl> state);
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+/// Input iterator over an element_stream; equals end() once the stream ends or fails.
+class element_stream::iterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = element;
+  using difference_type = std::ptrdiff_t;
+
+  iterator() = default;
+  element& operator*() noexcept { return *current_; }
+  element* operator->() noexcept { return &*current_; }
+  iterator& operator++();
+  void operator++(int) { ++*this; }
+  bool operator==(std::default_sentinel_t) const noexcept { return !current_.has_value(); }
+
+ private:
+  friend class element_stream;
+  explicit iterator(element_stream* owner) : owner_(owner) { ++*this; }
+  element_stream* owner_ = nullptr;
+  std::optional<element> current_;
+};
+
+/// Launches `p` and returns a blocking reader: `for (auto& e : af::iterate(rt, p)) use(e);`
+element_stream iterate(runtime& rt, const pipeline& p, sink_options options = {});
+
+}  // namespace af

@@ -1,0 +1,176 @@
+#pragma once
+
+// Internals shared by the stage actor translation units (source_stage.cpp, transform_stage.cpp,
+// sink_stage.cpp, stage.cpp). Pulls in CAF: include only from those.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "actors/flow_protocol.hpp"
+#include "actors/stage.hpp"
+#include "actors/tracing.hpp"
+
+namespace af {
+
+/// One stage of a pipeline description.
+struct stage_spec {
+  enum class kind { generator, actor, transform };
+  kind what = kind::generator;
+  std::string name;
+  stage_options options;
+  generator_fn gen;
+  transform_fn fn;
+  caf::actor producer;  // kind::actor only
+};
+
+namespace detail {
+
+/// Self-scheduling tick: a stage that ran out of its time slice continues on the next one, so that
+/// demand and cancel messages interleave with long runs of work.
+using step_atom = caf::atom_constant<caf::atom("af_step")>;
+/// Reader thread -> sink actor: k delivered elements were consumed, their credit may be regranted.
+using release_atom = caf::atom_constant<caf::atom("af_release")>;
+
+/// Longest run of work in one message handler before the stage yields to its mailbox.
+inline constexpr int64_t time_slice_ns = 1'000'000;
+
+/// Counters shared between a stage actor (writer) and its topology (reader).
+struct stage_metrics {
+  explicit stage_metrics(std::string stage_name) : name(std::move(stage_name)) {}
+  const std::string name;
+  std::atomic<uint64_t> items_in{0};
+  std::atomic<uint64_t> items_out{0};
+  std::atomic<int64_t> busy_ns{0};
+  std::atomic<int64_t> waiting_ns{0};
+  std::atomic<int64_t> blocked_ns{0};
+  std::atomic<uint64_t> buffered{0};
+
+  void publish(const trace::activity& act, std::size_t held) {
+    busy_ns.store(act.total_ns(trace::category::busy), std::memory_order_relaxed);
+    waiting_ns.store(act.total_ns(trace::category::waiting_for_input), std::memory_order_relaxed);
+    blocked_ns.store(act.total_ns(trace::category::blocked_on_output), std::memory_order_relaxed);
+    buffered.store(held, std::memory_order_relaxed);
+  }
+  stage_counters snapshot() const {
+    return {name,
+            items_in.load(std::memory_order_relaxed),
+            items_out.load(std::memory_order_relaxed),
+            busy_ns.load(std::memory_order_relaxed),
+            waiting_ns.load(std::memory_order_relaxed),
+            blocked_ns.load(std::memory_order_relaxed),
+            buffered.load(std::memory_order_relaxed)};
+  }
+};
+
+/// Where a sink actor puts what it receives.
+class sink_target {
+ public:
+  virtual ~sink_target() = default;
+  /// Takes a batch; an error cancels the flow.
+  virtual expected<void> deliver(std::vector<element>&& batch) = 0;
+  /// Called once: errc::none on end, else the failure (errc::cancelled on cancel).
+  virtual void done(const error& status) = 0;
+  /// True when delivered elements are consumed at once (a callback); false when a reader releases
+  /// them later with release_atom.
+  virtual bool releases_on_delivery() const noexcept = 0;
+};
+
+/// The output half every producing stage shares: the slots, the consumer's credit, the terminal
+/// message (end or error) that follows the last buffered element, and the stage's spans.
+class stage_output {
+ public:
+  stage_output(std::string stage_name, std::size_t slots, std::shared_ptr<stage_metrics> metrics)
+      : name(std::move(stage_name)), act(name), slots_(slots < 1 ? 1 : slots),
+        metrics_(std::move(metrics)), blocked_name_(trace::intern("blocked on output")),
+        waiting_name_(trace::intern("waiting for input")) {}
+
+  const std::string name;
+  std::deque<element> buffer;
+  flow::outbound port;
+
+  std::size_t slots() const noexcept { return slots_; }
+  std::size_t free_slots() const noexcept { return buffer.size() < slots_ ? slots_ - buffer.size() : 0; }
+  bool has_terminal() const noexcept { return terminal_set_; }
+  /// The first terminal wins: later ones (a cancel racing an error) are ignored.
+  void set_terminal(caf::error err) {
+    if (terminal_set_) return;
+    terminal_set_ = true;
+    terminal_ = std::move(err);
+  }
+  /// An error from this stage, naming it.
+  caf::error stage_error(const error& err) const {
+    return make_caf_error(err.code, "stage '" + name + "': " + err.message);
+  }
+
+  /// Sends what credit allows; after the last element, the terminal message. Returns true when
+  /// the stage is finished (the caller quits).
+  template <class Self>
+  bool flush(Self* self) {
+    const std::size_t sent = port.push(self, buffer);
+    if (sent) metrics_->items_out.fetch_add(sent, std::memory_order_relaxed);
+    if (terminal_set_ && buffer.empty() && port.bound()) {
+      port.finish(self, terminal_);
+      return true;
+    }
+    return false;
+  }
+  /// Opens the span matching the state the stage rests in until its next message.
+  void rest(bool waiting_for_input, std::size_t held) {
+    if (free_slots() == 0 || (terminal_set_ && !buffer.empty()))
+      act.enter(trace::category::blocked_on_output, blocked_name_);
+    else if (waiting_for_input)
+      act.enter(trace::category::waiting_for_input, waiting_name_);
+    else
+      act.leave();
+    metrics_->publish(act, held);
+  }
+  stage_metrics& metrics() noexcept { return *metrics_; }
+
+  trace::activity act;
+
+ private:
+  std::size_t slots_;
+  std::shared_ptr<stage_metrics> metrics_;
+  trace::name_id blocked_name_;
+  trace::name_id waiting_name_;
+  bool terminal_set_ = false;
+  caf::error terminal_;
+};
+
+/// Calls user code; an exception becomes an error value (no exception crosses an actor boundary).
+template <class F>
+auto call_guarded(F&& fn, const char* what) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& ex) {
+    return make_error(errc::invalid_argument, std::string{what} + " threw: " + ex.what());
+  } catch (...) {
+    return make_error(errc::invalid_argument, std::string{what} + " threw a non-standard exception");
+  }
+}
+
+/// Spawners, one per actor kind (each in its own translation unit).
+caf::actor spawn_source(caf::actor_system& sys, const stage_spec& spec,
+                        std::shared_ptr<stage_metrics> metrics);
+caf::actor spawn_transform(caf::actor_system& sys, const stage_spec& spec, caf::actor upstream,
+                           std::shared_ptr<stage_metrics> metrics);
+caf::actor spawn_sink(caf::actor_system& sys, std::string name, std::size_t slots,
+                      caf::actor upstream, std::shared_ptr<sink_target> target,
+                      std::shared_ptr<stage_metrics> metrics);
+
+/// Spawns the stages of `p` and a sink actor behind them that feeds `target`; stores the sink's
+/// handle in `sink` when given.
+topology launch_with_sink(runtime& rt, const pipeline& p, const sink_options& options,
+                          std::shared_ptr<sink_target> target, caf::actor* sink = nullptr);
+
+}  // namespace detail
+}  // namespace af
