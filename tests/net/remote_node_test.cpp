@@ -1,0 +1,191 @@
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "actors/remote_node.hpp"
+#include "actors/remote_socket.hpp"
+#include "peer_process.hpp"
+#include "tensor_patterns.hpp"
+
+using namespace std::chrono_literals;
+using af::test::peer_process;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+af::runtime_options node_options() {
+  return {.scheduler_threads = 2, .network = true, .heartbeat_interval_ms = 500, .connection_timeout_ms = 10000};
+}
+
+// Starts a receiving peer and returns the port it published.
+uint16_t start_receiver(peer_process& peer) {
+  REQUIRE(peer.running());
+  auto line = peer.read_line(60s);
+  REQUIRE(line);
+  REQUIRE(line->rfind("port ", 0) == 0);
+  return static_cast<uint16_t>(std::stoi(line->substr(5)));
+}
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("tensors of every dtype and shape from a peer process arrive intact and in order", "[net]") {
+  auto transport = GENERATE(std::string("tcp"), std::string("caf"));
+  INFO("transport " << transport);
+  af::runtime rt{node_options()};
+  af::remote_options options;
+  options.window = 3;
+  auto rx = af::remote_receiver::listen(rt, 0, options);
+  REQUIRE(rx);
+  const uint64_t count = 40;  // includes two 4 MiB tensors
+  peer_process peer{{"send", std::to_string(rx->port()), "--count", std::to_string(count), "--transport", transport}};
+  REQUIRE(peer.running());
+  for (uint64_t i = 0; i < count; ++i) {
+    auto t = rx->next(60s);
+    if (!t) FAIL("tensor " << i << ": " << t.error_value().to_string());
+    REQUIRE(t->has_value());
+    INFO("tensor " << i);
+    CHECK(af::test::same_bytes(**t, af::test::pattern_tensor(i)));
+  }
+  auto end = rx->next(60s);
+  REQUIRE(end);
+  CHECK_FALSE(end->has_value());
+  CHECK(peer.read_line(60s) == "done " + std::to_string(count));
+  CHECK(peer.wait() == 0);
+  auto stats = rx->stats();
+  CHECK(stats.received == count);
+  CHECK(stats.window == 3);
+  CHECK(stats.max_buffered <= 3);
+}
+
+TEST_CASE("a sender streams views and 4 MiB tensors to a peer that checksums every byte", "[net]") {
+  auto transport = GENERATE(af::bulk_transport::tcp_socket, af::bulk_transport::caf_messages);
+  af::runtime rt{node_options()};
+  peer_process peer{{"receive", "--window", "2"}};
+  const uint16_t port = start_receiver(peer);
+  af::remote_options options;
+  options.transport = transport;
+  options.window = 8;  // the receiver's cap of 2 wins
+  auto tx = af::remote_sender::connect(rt, "127.0.0.1", port, options);
+  REQUIRE(tx);
+  std::vector<af::tensor> sent;
+  for (uint64_t i = 0; i < 24; ++i) sent.push_back(af::test::pattern_tensor(i));
+  sent.push_back(*af::tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3}).transpose());
+  sent.push_back(*af::test::pattern_tensor(15).slice(1, 3, 1000, 7));
+  for (const auto& t : sent) REQUIRE(tx->send(t));
+  REQUIRE(tx->finish());
+  for (std::size_t i = 0; i < sent.size(); ++i)
+    CHECK(peer.read_line(60s) == "tensor " + std::to_string(i) + " " + std::to_string(af::test::checksum(sent[i])));
+  CHECK(peer.read_line(60s) == "end " + std::to_string(sent.size()));
+  CHECK(peer.wait() == 0);
+  auto stats = tx->stats();
+  CHECK(stats.window == 2);
+  CHECK(stats.sent == sent.size());
+  CHECK(stats.max_in_flight <= 2);
+}
+
+TEST_CASE("with a consumer that takes nothing the sender stops after exactly the window", "[net]") {
+  af::runtime rt{node_options()};
+  peer_process peer{{"receive", "--window", "3", "--hold"}};
+  const uint16_t port = start_receiver(peer);
+  af::remote_options options;
+  options.window = 3;
+  options.request_timeout = 400ms;
+  auto tx = af::remote_sender::connect(rt, "127.0.0.1", port, options);
+  REQUIRE(tx);
+  auto small = af::test::pattern_tensor(3);
+  for (int i = 0; i < 3; ++i) REQUIRE(tx->send(small));
+  auto start = clock_type::now();
+  auto blocked = tx->send(small);
+  REQUIRE_FALSE(blocked);
+  CHECK(blocked.error_value().code == af::errc::timeout);
+  CHECK(blocked.error_value().message.find("window 3 full") != std::string::npos);
+  CHECK(seconds_since(start) >= 0.35);
+  auto stats = tx->stats();
+  CHECK(stats.sent == 3);
+  CHECK(stats.max_in_flight == 3);
+  CHECK(stats.acknowledged == 0);
+}
+
+TEST_CASE("a receiver killed mid-transfer fails the pending send promptly with peer_down naming it", "[net]") {
+  auto transport = GENERATE(af::bulk_transport::tcp_socket, af::bulk_transport::caf_messages);
+  af::runtime rt{node_options()};
+  peer_process peer{{"receive", "--window", "2", "--hold"}};
+  const uint16_t port = start_receiver(peer);
+  af::remote_options options;
+  options.transport = transport;
+  options.window = 2;
+  options.request_timeout = 30s;  // far beyond the bound checked below: the monitor must fire
+  auto tx = af::remote_sender::connect(rt, "127.0.0.1", port, options);
+  REQUIRE(tx);
+  auto big = af::test::pattern_tensor(7);  // 4 MiB
+  REQUIRE(tx->send(big));
+  REQUIRE(tx->send(big));
+  clock_type::time_point killed_at;
+  std::thread killer([&] {
+    std::this_thread::sleep_for(200ms);
+    killed_at = clock_type::now();
+    peer.kill();
+  });
+  auto pending = tx->send(big);  // waits for credit that never comes
+  auto failed_at = clock_type::now();
+  killer.join();
+  REQUIRE_FALSE(pending);
+  CHECK(pending.error_value().code == af::errc::peer_down);
+  CHECK(pending.error_value().message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(std::chrono::duration<double>(failed_at - killed_at).count() < 1.0);
+  // The failure is sticky: later calls report the same dead peer at once instead of waiting.
+  auto later = tx->flush();
+  REQUIRE_FALSE(later);
+  CHECK(later.error_value().code == af::errc::peer_down);
+}
+
+TEST_CASE("a sender killed mid-stream fails the receiver's next() promptly with peer_down", "[net]") {
+  auto transport = GENERATE(std::string("tcp"), std::string("caf"));
+  af::runtime rt{node_options()};
+  auto rx = af::remote_receiver::listen(rt, 0);
+  REQUIRE(rx);
+  peer_process peer{{"send", std::to_string(rx->port()), "--count", "100", "--pause-after", "5", "--transport", transport}};
+  for (uint64_t i = 0; i < 5; ++i) {
+    auto t = rx->next(60s);
+    REQUIRE(t);
+    REQUIRE(t->has_value());
+    CHECK(af::test::same_bytes(**t, af::test::pattern_tensor(i)));
+  }
+  REQUIRE(peer.read_line(60s) == "paused 5");
+  const auto killed_at = clock_type::now();
+  peer.kill();
+  auto t = rx->next(30s);
+  REQUIRE_FALSE(t);
+  CHECK(t.error_value().code == af::errc::peer_down);
+  CHECK(t.error_value().message.find("sender") != std::string::npos);
+  CHECK(seconds_since(killed_at) < 1.0);
+}
+
+TEST_CASE("connecting to a port where nobody listens fails with a clear error", "[net]") {
+  af::runtime rt{node_options()};
+  uint16_t port = 0;
+  { auto probe = af::net::listen_tcp("127.0.0.1", 0, port); REQUIRE(probe); }  // free, then closed
+  const auto start = clock_type::now();
+  auto tx = af::remote_sender::connect(rt, "127.0.0.1", port);
+  REQUIRE_FALSE(tx);
+  CHECK(tx.error_value().code == af::errc::io_error);
+  CHECK(tx.error_value().message.find("cannot connect to 127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(seconds_since(start) < 5.0);
+}
+
+TEST_CASE("a runtime without the middleman refuses to listen or connect", "[net]") {
+  af::runtime rt{{.scheduler_threads = 1}};
+  auto rx = af::remote_receiver::listen(rt, 0);
+  REQUIRE_FALSE(rx);
+  CHECK(rx.error_value().code == af::errc::unsupported);
+  auto tx = af::remote_sender::connect(rt, "127.0.0.1", 1);
+  REQUIRE_FALSE(tx);
+  CHECK(tx.error_value().code == af::errc::unsupported);
+}
