@@ -46,6 +46,11 @@ void configure_actor_system(caf::actor_system_config& cfg) {
   cfg.add_message_type<named_tensor>("af.named_tensor");
   cfg.add_message_type<element>("af.element");
   cfg.add_message_type<std::vector<element>>("af.elements");
+  // The flow protocol (actors/flow_protocol.hpp) needs no more: its messages are atoms, uint64_t,
+  // caf::error and the element batches above. The device actor's types are registered where their
+  // inspect() lives (declared here so that this file needs no CAF-heavy include).
+  void register_device_message_types(caf::actor_system_config&);
+  register_device_message_types(cfg);
 }
 
 struct runtime::impl {

@@ -1,0 +1,217 @@
+#include "ops/op_registry.hpp"
+
+#include <array>
+#include <exception>
+#include <type_traits>
+
+#include "ops/array_ops.hpp"
+#include "ops/linalg.hpp"
+#include "ops/nn.hpp"
+
+namespace af {
+
+// -- attributes ---------------------------------------------------------------------------------
+
+op_attrs::op_attrs(std::initializer_list<entry> init) {
+  for (const auto& e : init) set(e.first, e.second);
+}
+
+op_attrs& op_attrs::set(std::string name, attr_value value) {
+  for (auto& e : entries_)
+    if (e.first == name) {
+      e.second = std::move(value);
+      return *this;
+    }
+  entries_.emplace_back(std::move(name), std::move(value));
+  return *this;
+}
+
+const attr_value* op_attrs::find(std::string_view name) const noexcept {
+  for (const auto& e : entries_)
+    if (e.first == name) return &e.second;
+  return nullptr;
+}
+
+namespace {
+
+template <class T>
+expected<T> get_as(const op_attrs& attrs, std::string_view name, std::optional<T> fallback,
+                   const char* kind) {
+  const attr_value* v = attrs.find(name);
+  if (!v) {
+    if (fallback) return std::move(*fallback);
+    return make_error(errc::invalid_argument, "missing attribute '" + std::string{name} + "'");
+  }
+  if (const T* x = std::get_if<T>(v)) return *x;
+  if constexpr (std::is_same_v<T, double>)
+    if (const int64_t* i = std::get_if<int64_t>(v)) return static_cast<double>(*i);
+  return make_error(errc::invalid_argument,
+                    "attribute '" + std::string{name} + "' is not " + kind);
+}
+
+}  // namespace
+
+expected<int64_t> op_attrs::get_int(std::string_view name, std::optional<int64_t> fallback) const {
+  return get_as<int64_t>(*this, name, fallback, "an integer");
+}
+expected<double> op_attrs::get_float(std::string_view name, std::optional<double> fallback) const {
+  return get_as<double>(*this, name, fallback, "a number");
+}
+expected<std::vector<int64_t>> op_attrs::get_ints(std::string_view name,
+                                                  std::optional<std::vector<int64_t>> fallback) const {
+  return get_as<std::vector<int64_t>>(*this, name, std::move(fallback), "a list of integers");
+}
+expected<std::string> op_attrs::get_string(std::string_view name,
+                                           std::optional<std::string> fallback) const {
+  return get_as<std::string>(*this, name, std::move(fallback), "a string");
+}
+
+// -- registry -----------------------------------------------------------------------------------
+
+void op_registry::add(std::string name, op_fn fn) { ops_[std::move(name)] = std::move(fn); }
+
+bool op_registry::contains(std::string_view name) const { return ops_.find(name) != ops_.end(); }
+
+std::vector<std::string> op_registry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, fn] : ops_) out.push_back(name);
+  return out;
+}
+
+expected<std::vector<tensor>> op_registry::run(std::string_view name,
+                                               const std::vector<tensor>& inputs,
+                                               const op_attrs& attrs) const {
+  auto it = ops_.find(name);
+  if (it == ops_.end())
+    return make_error(errc::invalid_argument, "unknown op '" + std::string{name} + "'");
+  expected<std::vector<tensor>> result = std::vector<tensor>{};
+  try {
+    result = it->second(inputs, attrs);
+  } catch (const std::exception& ex) {
+    result = make_error(errc::invalid_argument, std::string{"threw: "} + ex.what());
+  } catch (...) {
+    result = make_error(errc::invalid_argument, "threw a non-standard exception");
+  }
+  if (result) return result;
+  // Kernels usually name themselves already ("matmul: ..."); make sure every error does.
+  error err = std::move(result).error_value();
+  if (err.message.find(name) == std::string::npos) err.message = std::string{name} + ": " + err.message;
+  return err;
+}
+
+expected<void> expect_inputs(std::string_view op, const std::vector<tensor>& inputs, std::size_t n) {
+  if (inputs.size() == n) return {};
+  return make_error(errc::invalid_argument, "op '" + std::string{op} + "' takes " + std::to_string(n) +
+                                                " inputs, got " + std::to_string(inputs.size()));
+}
+
+// -- the CPU kernel table -----------------------------------------------------------------------
+// One entry per op: check arity, read attributes (with TensorFlow's defaults), call the kernel.
+
+namespace {
+
+expected<std::vector<tensor>> one(expected<tensor> t) {
+  if (!t) return std::move(t).error_value();
+  return std::vector<tensor>{std::move(*t)};
+}
+
+expected<padding_mode> padding_of(const op_attrs& a) {
+  AF_TRY_ASSIGN(auto name, a.get_string("padding", std::string{"valid"}));
+  if (name == "valid" || name == "VALID") return padding_mode::valid;
+  if (name == "same" || name == "SAME") return padding_mode::same;
+  return make_error(errc::invalid_argument, "padding must be 'valid' or 'same', not '" + name + "'");
+}
+
+expected<std::array<int64_t, 2>> pair_of(const op_attrs& a, const char* name, std::array<int64_t, 2> dflt) {
+  AF_TRY_ASSIGN(auto v, a.get_ints(name, std::vector<int64_t>{dflt[0], dflt[1]}));
+  if (v.size() != 2)
+    return make_error(errc::invalid_argument, std::string{"attribute '"} + name + "' needs 2 values");
+  return std::array<int64_t, 2>{v[0], v[1]};
+}
+
+void register_linalg(op_registry& r) {
+  r.add("matmul", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("matmul", in, 2));
+    AF_TRY_ASSIGN(auto ta, a.get_int("transpose_a", 0));
+    AF_TRY_ASSIGN(auto tb, a.get_int("transpose_b", 0));
+    return one(matmul(in[0], in[1], ta != 0, tb != 0));
+  });
+}
+
+void register_nn(op_registry& r) {
+  r.add("conv2d", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("conv2d", in, 2));
+    conv2d_options o;
+    AF_TRY_ASSIGN(o.strides, pair_of(a, "strides", {1, 1}));
+    AF_TRY_ASSIGN(o.dilations, pair_of(a, "dilations", {1, 1}));
+    AF_TRY_ASSIGN(o.padding, padding_of(a));
+    AF_TRY_ASSIGN(auto groups, a.get_int("groups", 1));
+    o.groups = static_cast<int>(groups);
+    return one(conv2d(in[0], in[1], o));
+  });
+  auto pool = [](const char* name, expected<tensor> (*kernel)(const tensor&, const pool_options&)) {
+    return [name, kernel](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+      AF_TRY(expect_inputs(name, in, 1));
+      pool_options o;
+      AF_TRY_ASSIGN(o.ksize, pair_of(a, "ksize", {2, 2}));
+      AF_TRY_ASSIGN(o.strides, pair_of(a, "strides", {2, 2}));
+      AF_TRY_ASSIGN(o.padding, padding_of(a));
+      return one(kernel(in[0], o));
+    };
+  };
+  r.add("max_pool2d", pool("max_pool2d", &max_pool2d));
+  r.add("avg_pool2d", pool("avg_pool2d", &avg_pool2d));
+  auto along_axis = [](const char* name, expected<tensor> (*kernel)(const tensor&, int64_t)) {
+    return [name, kernel](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+      AF_TRY(expect_inputs(name, in, 1));
+      AF_TRY_ASSIGN(auto axis, a.get_int("axis", -1));
+      return one(kernel(in[0], axis));
+    };
+  };
+  r.add("softmax", along_axis("softmax", &softmax));
+  r.add("log_softmax", along_axis("log_softmax", &log_softmax));
+}
+
+void register_array_ops(op_registry& r) {
+  r.add("concat", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY_ASSIGN(auto axis, a.get_int("axis", 0));
+    return one(concat(in, axis));
+  });
+  r.add("stack", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY_ASSIGN(auto axis, a.get_int("axis", 0));
+    return one(stack(in, axis));
+  });
+  r.add("gather", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("gather", in, 2));
+    AF_TRY_ASSIGN(auto axis, a.get_int("axis", 0));
+    return one(gather(in[0], in[1], axis));
+  });
+  r.add("one_hot", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("one_hot", in, 1));
+    AF_TRY_ASSIGN(auto depth, a.get_int("depth"));
+    AF_TRY_ASSIGN(auto on, a.get_float("on_value", 1.0));
+    AF_TRY_ASSIGN(auto off, a.get_float("off_value", 0.0));
+    AF_TRY_ASSIGN(auto type_name, a.get_string("dtype", std::string{"f32"}));
+    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
+    return one(one_hot(in[0], depth, on, off, type));
+  });
+}
+
+}  // namespace
+
+void register_cpu_kernels(op_registry& registry) {
+  register_linalg(registry);
+  register_nn(registry);
+  register_array_ops(registry);
+}
+
+std::shared_ptr<const op_registry> default_op_registry() {
+  static const std::shared_ptr<const op_registry> shared = [] {
+    auto r = std::make_shared<op_registry>();
+    register_cpu_kernels(*r);
+    return r;
+  }();
+  return shared;
+}
+
+}  // namespace af
