@@ -56,13 +56,11 @@ class worker_pool {
     j.all_done.wait(lock, [&] { return j.finished.load() == j.chunks; });
     // Workers that popped a ticket after all chunks ran touch only `next`; drop stale tickets so
     // no worker can see `j` after we return.
-    std::lock_guard<std::mutex> guard{mtx_};
+    std::unique_lock<std::mutex> guard{mtx_};
     std::erase_if(queue_, [&](const std::shared_ptr<job>& p) { return p.get() == &j; });
-    while (active_on(&j)) {
-      mtx_.unlock();
-      std::this_thread::yield();
-      mtx_.lock();
-    }
+    // Sleep rather than spin on mtx_: a spinning caller re-takes the mutex before a descheduled
+    // worker gets it, which livelocked on a loaded machine.
+    idle_.wait(guard, [&] { return !active_on(&j); });
   }
 
  private:
@@ -88,11 +86,13 @@ class worker_pool {
       j->work();
       lock.lock();
       running_[slot] = nullptr;
+      idle_.notify_all();
     }
   }
 
   std::mutex mtx_;
   std::condition_variable wake_;
+  std::condition_variable idle_;  // a worker finished with its job
   std::deque<std::shared_ptr<job>> queue_;
   std::vector<std::thread> threads_;
   std::vector<job*> running_;
