@@ -39,6 +39,7 @@ struct receiver_shared {
   // Accepts one arriving tensor; protocol_violation if it exceeds the credit granted.
   error push(tensor t) {
     std::lock_guard guard{mutex};
+    if (!session) return {};  // a stray message before any handshake: nobody to credit or blame
     if (failure || ended) return failure;
     if (stats.received - stats.consumed >= stats.window) {
       failure = make_error(errc::protocol_violation, sender_name + " sent more than its window of " +
@@ -77,14 +78,19 @@ struct receiver_shared {
 
 // Tells the sender why the stream was rejected, so its pending calls fail with the same reason.
 void report_to_sender(const caf::actor& sender, const error& err) {
-  if (sender && err) caf::anon_send(sender, remote::fail_atom::value, static_cast<uint8_t>(err.code), err.message);
+  if (sender && err) caf::anon_send(sender, flow::fail_atom::value, to_caf_error(err));
 }
 
 caf::behavior receiver_control(caf::event_based_actor* self, std::shared_ptr<receiver_shared> shared,
                                uint16_t data_port, uint32_t max_window) {
   self->set_down_handler([=](caf::down_msg& msg) {
-    if (msg.source != shared->sender_handle().address()) return;
-    shared->fail(make_error(errc::peer_down, shared->sender_name + " is down (" + caf::to_string(msg.reason) +
+    std::string who;
+    {
+      std::lock_guard guard{shared->mutex};
+      if (msg.source != shared->sender.address()) return;
+      who = shared->sender_name;
+    }
+    shared->fail(make_error(errc::peer_down, who + " is down (" + caf::to_string(msg.reason) +
                                                  ") before the end of the stream"));
   });
   return {
@@ -182,6 +188,9 @@ struct remote_receiver::impl {
       if (err) {
         shared->fail(err);
         report_to_sender(shared->sender_handle(), err);
+        // Unread payload may follow; closing makes a sender blocked in a write notice at once.
+        std::lock_guard guard{data_mutex};
+        data.shutdown_both();
         return;
       }
     }
@@ -241,7 +250,7 @@ expected<std::optional<tensor>> remote_receiver::next(std::chrono::milliseconds 
     caf::actor sender = s.sender;
     const bool failed = static_cast<bool>(s.failure);
     lock.unlock();
-    if (sender && !failed) caf::anon_send(sender, remote::credit_atom::value, uint32_t{1});
+    if (sender && !failed) caf::anon_send(sender, flow::demand_atom::value, uint64_t{1});
     return std::optional<tensor>{std::move(t)};
   }
   if (s.failure) return s.failure;

@@ -43,7 +43,7 @@ struct sender_gate {
     token = tok;
     changed.notify_all();
   }
-  void add_credit(uint32_t n) {
+  void add_credit(uint64_t n) {
     std::lock_guard guard{mutex};
     credit += n;
     stats.acknowledged += n;
@@ -87,10 +87,11 @@ caf::behavior sender_control(caf::event_based_actor* self, caf::actor receiver,
               gate->fail(make_error(e.code, "handshake with " + peer + ": " + e.message));
             });
   return {
-      [=](remote::credit_atom, uint32_t n) { gate->add_credit(n); },
+      [=](flow::demand_atom, uint64_t n) { gate->add_credit(n); },
       [=](remote::done_atom, uint64_t count) { gate->finished(count); },
-      [=](remote::fail_atom, uint8_t code, std::string& context) {
-        gate->fail(make_error(static_cast<errc>(code), "receiver " + peer + " rejected the stream: " + context));
+      [=](flow::fail_atom, const caf::error& reason) {
+        auto e = from_caf_error(reason);
+        gate->fail(make_error(e.code, "receiver " + peer + " rejected the stream: " + e.message));
       },
   };
 }
@@ -113,7 +114,10 @@ struct remote_sender::impl {
   // receiver), not as whatever errno the half-closed socket produced first.
   error socket_error(error err) {
     if (err.code == errc::peer_down || err.code == errc::io_error) {
+      // A receiver that rejects the stream says why on the control plane and then closes the data
+      // connection; give that explanation a moment to arrive before calling the peer dead.
       std::unique_lock lock{gate->mutex};
+      gate->changed.wait_for(lock, std::chrono::milliseconds{200}, [&] { return static_cast<bool>(gate->failure); });
       if (gate->failure) return gate->failure;
       err = make_error(errc::peer_down, "receiver " + peer + ": data connection: " + err.message);
       lock.unlock();

@@ -168,6 +168,28 @@ TEST_CASE("a sender killed mid-stream fails the receiver's next() promptly with 
   CHECK(seconds_since(killed_at) < 1.0);
 }
 
+TEST_CASE("a receiver that rejects bad input fails the sender with the same reason", "[net]") {
+  af::runtime rt{node_options()};
+  af::remote_options options;
+  options.max_payload_bytes = 1 << 20;  // tensor 7 of the pattern is 4 MiB: "bad input" here
+  auto rx = af::remote_receiver::listen(rt, 0, options);
+  REQUIRE(rx);
+  peer_process peer{{"send", std::to_string(rx->port()), "--count", "40"}};
+  for (uint64_t i = 0; i < 7; ++i) {
+    auto t = rx->next(60s);
+    REQUIRE(t);
+    REQUIRE(t->has_value());
+  }
+  auto rejected = rx->next(60s);
+  REQUIRE_FALSE(rejected);
+  CHECK(rejected.error_value().code == af::errc::malformed_input);
+  CHECK(rejected.error_value().message.find("exceeds the limit") != std::string::npos);
+  auto line = peer.read_line(60s);
+  REQUIRE(line);
+  CHECK(line->rfind("error malformed_input: receiver 127.0.0.1:" + std::to_string(rx->port()) + " rejected the stream", 0) == 0);
+  CHECK(peer.wait() == 1);
+}
+
 TEST_CASE("connecting to a port where nobody listens fails with a clear error", "[net]") {
   af::runtime rt{node_options()};
   uint16_t port = 0;
