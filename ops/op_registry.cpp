@@ -5,8 +5,10 @@
 #include <type_traits>
 
 #include "ops/array_ops.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/linalg.hpp"
 #include "ops/nn.hpp"
+#include "ops/reduce.hpp"
 
 namespace af {
 
@@ -129,6 +131,77 @@ expected<std::array<int64_t, 2>> pair_of(const op_attrs& a, const char* name, st
   return std::array<int64_t, 2>{v[0], v[1]};
 }
 
+using binary_kernel = expected<tensor> (*)(const tensor&, const tensor&);
+using unary_kernel = expected<tensor> (*)(const tensor&);
+using reduce_kernel = expected<tensor> (*)(const tensor&, const std::vector<int64_t>&, bool);
+
+void register_elementwise(op_registry& r) {
+  const std::pair<const char*, binary_kernel> binary[] = {
+      {"add", &af::add},         {"sub", &af::sub},
+      {"mul", &af::mul},         {"div", &af::div},
+      {"pow", &af::pow},         {"maximum", &af::maximum},
+      {"minimum", &af::minimum}, {"equal", &af::equal},
+      {"not_equal", &af::not_equal}, {"less", &af::less},
+      {"less_equal", &af::less_equal}, {"greater", &af::greater},
+      {"greater_equal", &af::greater_equal}};
+  for (auto [name, kernel] : binary)
+    r.add(name, [name = name, kernel = kernel](const std::vector<tensor>& in,
+                                               const op_attrs&) -> expected<std::vector<tensor>> {
+      AF_TRY(expect_inputs(name, in, 2));
+      return one(kernel(in[0], in[1]));
+    });
+  const std::pair<const char*, unary_kernel> unary[] = {
+      {"neg", &af::neg},   {"abs", &af::abs},     {"relu", &af::relu},   {"exp", &af::exp},
+      {"log", &af::log},   {"sqrt", &af::sqrt},   {"rsqrt", &af::rsqrt}, {"tanh", &af::tanh},
+      {"sigmoid", &af::sigmoid}};
+  for (auto [name, kernel] : unary)
+    r.add(name, [name = name, kernel = kernel](const std::vector<tensor>& in,
+                                               const op_attrs&) -> expected<std::vector<tensor>> {
+      AF_TRY(expect_inputs(name, in, 1));
+      return one(kernel(in[0]));
+    });
+  r.add("gelu", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("gelu", in, 1));
+    AF_TRY_ASSIGN(auto approximate, a.get_int("approximate", 0));
+    return one(gelu(in[0], approximate != 0));
+  });
+  r.add("where", [](const std::vector<tensor>& in, const op_attrs&) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("where", in, 3));
+    return one(where(in[0], in[1], in[2]));
+  });
+  r.add("cast", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("cast", in, 1));
+    AF_TRY_ASSIGN(auto type_name, a.get_string("dtype"));
+    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
+    return one(cast(in[0], type));
+  });
+}
+
+void register_reduce(op_registry& r) {
+  const std::pair<const char*, reduce_kernel> reductions[] = {
+      {"reduce_sum", &af::reduce_sum}, {"reduce_mean", &af::reduce_mean},
+      {"reduce_max", &af::reduce_max}, {"reduce_min", &af::reduce_min},
+      {"reduce_logsumexp", &af::reduce_logsumexp}};
+  for (auto [name, kernel] : reductions)
+    r.add(name, [name = name, kernel = kernel](const std::vector<tensor>& in,
+                                               const op_attrs& a) -> expected<std::vector<tensor>> {
+      AF_TRY(expect_inputs(name, in, 1));
+      AF_TRY_ASSIGN(auto axes, a.get_ints("axes", std::vector<int64_t>{}));
+      AF_TRY_ASSIGN(auto keepdims, a.get_int("keepdims", 0));
+      return one(kernel(in[0], axes, keepdims != 0));
+    });
+  using arg_kernel = expected<tensor> (*)(const tensor&, int64_t, bool);
+  const std::pair<const char*, arg_kernel> args[] = {{"argmax", &af::argmax}, {"argmin", &af::argmin}};
+  for (auto [name, kernel] : args)
+    r.add(name, [name = name, kernel = kernel](const std::vector<tensor>& in,
+                                               const op_attrs& a) -> expected<std::vector<tensor>> {
+      AF_TRY(expect_inputs(name, in, 1));
+      AF_TRY_ASSIGN(auto axis, a.get_int("axis"));
+      AF_TRY_ASSIGN(auto keepdims, a.get_int("keepdims", 0));
+      return one(kernel(in[0], axis, keepdims != 0));
+    });
+}
+
 void register_linalg(op_registry& r) {
   r.add("matmul", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
     AF_TRY(expect_inputs("matmul", in, 2));
@@ -200,6 +273,8 @@ void register_array_ops(op_registry& r) {
 }  // namespace
 
 void register_cpu_kernels(op_registry& registry) {
+  register_elementwise(registry);
+  register_reduce(registry);
   register_linalg(registry);
   register_nn(registry);
   register_array_ops(registry);

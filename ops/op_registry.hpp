@@ -71,7 +71,8 @@ class op_registry {
   std::map<std::string, op_fn, std::less<>> ops_;
 };
 
-/// Adds every CPU kernel in this build (matmul, conv2d, pooling, softmax, concat, gather, ...).
+/// Adds every CPU kernel in this build: elementwise (add, mul, relu, ...), reductions, matmul,
+/// conv2d, pooling, softmax, array ops (concat, gather, ...).
 void register_cpu_kernels(op_registry& registry);
 /// A shared registry holding the CPU kernels, built on first use.
 std::shared_ptr<const op_registry> default_op_registry();

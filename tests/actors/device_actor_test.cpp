@@ -55,6 +55,29 @@ TEST_CASE("a device actor runs matmul and returns the product in its own memory"
                [&](const caf::error& err) { FAIL(caf::to_string(err)); });
 }
 
+TEST_CASE("a device actor runs elementwise ops and reductions by name with their attributes", "[actors]") {
+  af::runtime rt{{.scheduler_threads = 2}};
+  auto dev = af::spawn_cpu_device(rt.system());
+  REQUIRE(dev);
+  auto x = tensor::from_vector<float>({1, -2, 3, -4}, {2, 2});
+  auto y = tensor::from_vector<float>({10, 20}, {2});
+  auto sum = exec(rt.system(), *dev, "add", {x, y});  // broadcasting
+  REQUIRE(sum);
+  CHECK(af::all_close((*sum)[0], tensor::from_vector<float>({11, 18, 13, 16}, {2, 2})));
+  auto prod = exec(rt.system(), *dev, "mul", {(*sum)[0], x});
+  REQUIRE(prod);
+  auto rows = exec(rt.system(), *dev, "reduce_sum", {(*prod)[0]}, {{"axes", std::vector<int64_t>{1}}});
+  REQUIRE(rows);
+  CHECK(af::all_close((*rows)[0], tensor::from_vector<float>({11 - 36, 39 - 64})));
+  auto relu = exec(rt.system(), *dev, "relu", {x});
+  REQUIRE(relu);
+  CHECK(af::all_close((*relu)[0], tensor::from_vector<float>({1, 0, 3, 0}, {2, 2})));
+  auto bad = exec(rt.system(), *dev, "add", {x, tensor::from_vector<float>({1, 2, 3})});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error_value().code == af::errc::shape_mismatch);
+  CHECK(bad.error_value().message.find("add") != std::string::npos);
+}
+
 TEST_CASE("a device actor answers bad shapes with a shape_mismatch error that names the op", "[actors]") {
   af::runtime rt{{.scheduler_threads = 2}};
   auto dev = af::spawn_cpu_device(rt.system());
@@ -164,7 +187,8 @@ TEST_CASE("op attributes read with defaults, reject the wrong kind, and survive 
 
 TEST_CASE("the default op registry names its kernels and turns a throwing kernel into an error", "[actors]") {
   auto ops = af::default_op_registry();
-  for (const char* name : {"matmul", "conv2d", "max_pool2d", "softmax", "concat", "gather"})
+  for (const char* name : {"add", "mul", "relu", "reduce_sum", "matmul", "conv2d", "max_pool2d", "softmax",
+                           "concat", "gather"})
     CHECK(ops->contains(name));
   af::op_registry custom = *ops;
   custom.add("explode", [](const std::vector<tensor>&, const af::op_attrs&) -> af::expected<std::vector<tensor>> {
