@@ -97,13 +97,17 @@ expected<void> blas_matmul(tensor a, tensor b, tensor& out, const shape& batch) 
     lb = layout_of(b);
   }
   const int64_t m = a.dim(-2), k = a.dim(-1), n = b.dim(-1);
-  const auto offs_a = batch_offsets(a, batch);
-  const auto offs_b = batch_offsets(b, batch);
-  const int64_t count = static_cast<int64_t>(offs_a.size());
   const T* pa = a.template data<T>();
   const T* pb = b.template data<T>();
   T* pc = out.template data<T>();
   sync_blas_threads();
+  if (batch.empty()) {  // plain 2-D: no offset tables, since small GEMMs feel every allocation
+    gemm(la.trans, lb.trans, m, n, k, pa, la.ld, pb, lb.ld, pc, n);
+    return {};
+  }
+  const auto offs_a = batch_offsets(a, batch);
+  const auto offs_b = batch_offsets(b, batch);
+  const int64_t count = static_cast<int64_t>(offs_a.size());
 
   // One shared right matrix and a left operand whose matrices follow each other row by row
   // ([B,M,K] x [K,N]): a single GEMM with B*M rows is faster than B small ones.
@@ -256,6 +260,7 @@ expected<tensor> matmul(const tensor& a, const tensor& b, bool transpose_a, bool
     case dtype::i64: integer_matmul<int64_t>(va, vb, out, *batch); break;
     case dtype::boolean: break;  // rejected above
   }
+  if (result.size() == full.size()) return out;
   return out.reshape(result);
 }
 
