@@ -1,0 +1,11 @@
+#pragma once
+
+#include "apps/node_commands.hpp"
+
+/// Entry points of the actorflow subcommands; argv[0] is the command name.
+namespace af::apps {
+
+int run_info(int argc, char** argv);
+int run_demo(int argc, char** argv);
+
+}  // namespace af::apps

@@ -1,0 +1,41 @@
+// The actorflow command line: `actorflow <command> [args]`. Each command lives in its own file.
+
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "apps/commands.hpp"
+
+namespace {
+
+struct command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+const command commands[] = {
+    {"info", "version, CPU thread budget and GPU availability", af::apps::run_info},
+    {"demo", "tensors flowing through an actor topology, with a trace and a bottleneck report",
+     af::apps::run_demo},
+    {"node", "exchange tensors between two processes: node receive PORT | node send HOST PORT",
+     af::apps::run_node},
+};
+
+int usage(FILE* out) {
+  std::fprintf(out, "usage: actorflow <command> [args]\n\ncommands:\n");
+  for (const auto& c : commands) std::fprintf(out, "  %-6s %s\n", c.name, c.summary);
+  return out == stderr ? 2 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage(stderr);
+  std::string_view name = argv[1];
+  if (name == "-h" || name == "--help" || name == "help") return usage(stdout);
+  for (const auto& c : commands)
+    if (name == c.name) return c.run(argc - 1, argv + 1);
+  std::fprintf(stderr, "actorflow: unknown command '%s'\n\n", argv[1]);
+  return usage(stderr);
+}
