@@ -38,7 +38,7 @@ void say(const std::string& line) {
 void linger() { std::this_thread::sleep_for(std::chrono::seconds(120)); }
 
 af::runtime_options node_options() {
-  return {.scheduler_threads = 2, .network = true, .heartbeat_interval_ms = 500, .connection_timeout_ms = 10000};
+  return {.scheduler_threads = 2, .network = true, .heartbeat_interval_ms = 1000, .connection_timeout_ms = 60000};
 }
 
 int receive(int argc, char** argv) {
