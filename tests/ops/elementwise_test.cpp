@@ -445,6 +445,16 @@ TEST_CASE("large contiguous and misaligned outputs are computed correctly on two
   int64_t wrong = 0;
   for (int64_t i = 0; i < n; ++i) wrong += out[i] != va[i + 1] + vb[i];
   CHECK(wrong == 0);
+  // A column vector broadcast over long rows streams runs whose second input has stride 0.
+  const int64_t cols = (int64_t{1} << 20) + 5;
+  auto wide = af::mul(*tensor::arange(4 * cols, dtype::f32)->reshape({4, cols}),
+                      tensor::from_vector<float>({1, -1, 2, 0}, {4, 1}));
+  REQUIRE(wide);
+  auto wv = wide->to_vector<float>();
+  const float factor[4] = {1, -1, 2, 0};
+  int64_t wrong_wide = 0;
+  for (int64_t i = 0; i < 4 * cols; ++i) wrong_wide += wv[i] != static_cast<float>(i) * factor[i / cols];
+  CHECK(wrong_wide == 0);
   auto c = af::cast(b, dtype::f64);
   REQUIRE(c);
   CHECK(c->to_vector<double>()[n - 1] == vb[n - 1]);

@@ -144,11 +144,11 @@ inline void stream_fence() noexcept {
 /// streamed to memory; `streaming` chooses that path.
 template <class O, class Body>
 void fill_contiguous(O* out, int64_t n, bool streaming, Body&& body) {
-  if (!streaming) {
+  constexpr int64_t block = 4096 / static_cast<int64_t>(sizeof(O));
+  if (!streaming || n < 4 * block) {  // short runs (a broadcast row) gain nothing from streaming
     body(out, 0, n);
     return;
   }
-  constexpr int64_t block = 4096 / static_cast<int64_t>(sizeof(O));
   alignas(64) O buffer[block];
   const auto misalign = reinterpret_cast<std::uintptr_t>(out) % 32;
   int64_t head = misalign == 0 ? 0 : static_cast<int64_t>((32 - misalign) / sizeof(O));
