@@ -85,7 +85,10 @@ uint64_t fold_checksum(uint64_t stream, uint64_t tensor_digest) {
 
 runtime_options node_runtime() {
   // Heartbeats declare a peer dead that vanished without closing its socket (cable, frozen host).
-  return {.network = true, .heartbeat_interval_ms = 500, .connection_timeout_ms = 5000};
+  // The sharing scheduler: idle work-stealing workers poll for ~25 ms after each credit message and
+  // take the CPU the socket threads need on small machines (bench_messaging measures both).
+  return {.network = true, .heartbeat_interval_ms = 500, .connection_timeout_ms = 5000,
+          .caf_args = {"--scheduler.policy=sharing"}};
 }
 
 int fail(const char* what, const error& err) {
