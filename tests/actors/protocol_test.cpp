@@ -17,12 +17,14 @@ namespace {
 
 af::element make_item(int64_t value) { return af::element{{"x", af::tensor::scalar<int64_t>(value)}}; }
 
-// A producer that always sends one element more than it was granted.
-caf::behavior greedy_producer(caf::event_based_actor* self) {
+// A producer that always sends `extra` elements more than it was granted. (Test actors take an
+// argument: CAF 0.17 dereferences a null argument tuple when spawning without any, which UBSan
+// reports.)
+caf::behavior greedy_producer(caf::event_based_actor* self, uint64_t extra) {
   return {
-      [self](demand_atom, uint64_t n) {
+      [self, extra](demand_atom, uint64_t n) {
         std::vector<af::element> batch;
-        for (uint64_t i = 0; i <= n; ++i) batch.push_back(make_item(static_cast<int64_t>(i)));
+        for (uint64_t i = 0; i < n + extra; ++i) batch.push_back(make_item(static_cast<int64_t>(i)));
         self->send(caf::actor_cast<caf::actor>(self->current_sender()), batch_atom::value,
                    std::move(batch));
       },
@@ -31,9 +33,9 @@ caf::behavior greedy_producer(caf::event_based_actor* self) {
 }
 
 // A producer that dies on its first demand, without end or fail.
-caf::behavior dying_producer(caf::event_based_actor* self) {
+caf::behavior dying_producer(caf::event_based_actor* self, caf::exit_reason reason) {
   return {
-      [self](demand_atom, uint64_t) { self->quit(caf::exit_reason::user_shutdown); },
+      [self, reason](demand_atom, uint64_t) { self->quit(reason); },
       [self](cancel_atom) { self->quit(); },
   };
 }
@@ -80,7 +82,7 @@ caf::behavior summing_consumer(caf::stateful_actor<summing_state>* self, caf::ac
 TEST_CASE("a stage that receives more elements than it granted reports a protocol violation",
           "[actors]") {
   af::runtime rt{{.scheduler_threads = 2}};
-  auto rogue = rt.system().spawn(greedy_producer);
+  auto rogue = rt.system().spawn(greedy_producer, uint64_t{1});
   auto stream = af::iterate(rt, af::pipeline::from_actor("rogue", rogue).transform(
                                     "checked", [](af::element e) -> af::expected<std::vector<af::element>> {
                                       return std::vector<af::element>{std::move(e)};
@@ -93,7 +95,7 @@ TEST_CASE("a stage that receives more elements than it granted reports a protoco
 
 TEST_CASE("a reader fed more than its credit reports a protocol violation", "[actors]") {
   af::runtime rt{{.scheduler_threads = 2}};
-  auto rogue = rt.system().spawn(greedy_producer);
+  auto rogue = rt.system().spawn(greedy_producer, uint64_t{1});
   auto stream = af::iterate(rt, af::pipeline::from_actor("rogue", rogue), {.slots = 2, .name = "reader"});
   auto first = stream.next();
   REQUIRE_FALSE(first);
@@ -120,7 +122,7 @@ TEST_CASE("a producer refuses demand from a second consumer", "[actors]") {
 
 TEST_CASE("a producer that dies without end fails the stream with peer_down", "[actors]") {
   af::runtime rt{{.scheduler_threads = 2}};
-  auto mortal = rt.system().spawn(dying_producer);
+  auto mortal = rt.system().spawn(dying_producer, caf::exit_reason::user_shutdown);
   auto stream = af::iterate(rt, af::pipeline::from_actor("mortal", mortal)
                                     .transform("pass", [](af::element e) -> af::expected<std::vector<af::element>> {
                                       return std::vector<af::element>{std::move(e)};
