@@ -94,6 +94,7 @@ expected<tensor> tensor::arange(int64_t n, dtype type) {
 }
 
 bool tensor::is_contiguous() const noexcept {
+  if (numel() == 0) return true;  // nothing to lay out: any strides describe the same (empty) memory
   int64_t expected_stride = 1;
   for (std::size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] != 1 && strides_[i] != expected_stride) return false;

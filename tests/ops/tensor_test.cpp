@@ -127,3 +127,14 @@ TEST_CASE("copy_into converts dtype and gathers strided sources", "[cpu][tensor]
   auto wrong = *tensor::empty({4}, af::dtype::i32);
   CHECK(af::copy_into(t, wrong).error_value().code == af::errc::shape_mismatch);
 }
+
+TEST_CASE("an empty tensor of any shape counts as contiguous and clones", "[cpu][tensor]") {
+  auto t = tensor::zeros({4, 0}, af::dtype::f32);
+  REQUIRE(t);
+  CHECK(t->is_contiguous());
+  auto tt = t->transpose();
+  REQUIRE(tt);
+  auto dense = tt->contiguous();
+  REQUIRE(dense);
+  CHECK(dense->shape() == af::shape{0, 4});
+}
