@@ -25,10 +25,10 @@ std::string describe(std::size_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
-class cpu_caching_allocator final : public allocator {
+// What both CPU policies share: options, the lock and the statistics it guards.
+class cpu_allocator_base : public allocator {
  public:
-  explicit cpu_caching_allocator(allocator_options options) : options_(std::move(options)) {}
-
+  explicit cpu_allocator_base(allocator_options options) : options_(std::move(options)) {}
   allocator_stats stats() const override {
     std::lock_guard<std::mutex> guard{mtx_};
     return stats_;
@@ -37,11 +37,27 @@ class cpu_caching_allocator final : public allocator {
     std::lock_guard<std::mutex> guard{mtx_};
     stats_.peak_bytes_in_use = stats_.bytes_in_use;
   }
+  device dev() const override { return device::cpu(); }
+
+ protected:
+  void note_in_use(std::size_t block) {
+    stats_.bytes_in_use += block;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  }
+
+  allocator_options options_;
+  mutable std::mutex mtx_;
+  allocator_stats stats_;
+};
+
+class cpu_caching_allocator final : public cpu_allocator_base {
+ public:
+  using cpu_allocator_base::cpu_allocator_base;
+
   void release_cached() override {
     std::lock_guard<std::mutex> guard{mtx_};
     drop_cache();
   }
-  device dev() const override { return device::cpu(); }
   ~cpu_caching_allocator() override { drop_cache(); }
 
  protected:
@@ -91,10 +107,6 @@ class cpu_caching_allocator final : public allocator {
   }
 
  private:
-  void note_in_use(std::size_t block) {
-    stats_.bytes_in_use += block;
-    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  }
   void drop_cache() {
     for (auto& [size, ptr] : cache_) {
       std::free(ptr);
@@ -104,17 +116,14 @@ class cpu_caching_allocator final : public allocator {
     cache_.clear();
   }
 
-  allocator_options options_;
-  mutable std::mutex mtx_;
-  allocator_stats stats_;
   std::multimap<std::size_t, void*> cache_;  // block size -> free block
   std::map<void*, std::size_t> blocks_;      // live block -> its rounded size
 };
 
 // One arena reserved and touched at start; best-fit sub-allocation with coalescing of free ranges.
-class cpu_arena_allocator final : public allocator {
+class cpu_arena_allocator final : public cpu_allocator_base {
  public:
-  explicit cpu_arena_allocator(allocator_options options) : options_(std::move(options)) {}
+  using cpu_allocator_base::cpu_allocator_base;
 
   expected<void> init() {
     std::size_t size = round_size(options_.memory_limit);
@@ -130,16 +139,7 @@ class cpu_arena_allocator final : public allocator {
   }
   ~cpu_arena_allocator() override { std::free(arena_); }
 
-  allocator_stats stats() const override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  }
   void release_cached() override {}
-  device dev() const override { return device::cpu(); }
 
  protected:
   expected<void*> allocate_block(std::size_t nbytes) override {
@@ -157,9 +157,8 @@ class cpu_arena_allocator final : public allocator {
     if (free_size > size) add_free(offset + size, free_size - size);
     live_[offset] = size;
     ++stats_.cache_hits;
-    stats_.bytes_in_use += size;
+    note_in_use(size);
     stats_.bytes_cached = size_ - stats_.bytes_in_use;
-    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
     return static_cast<void*>(arena_ + offset);
   }
 
@@ -208,9 +207,6 @@ class cpu_arena_allocator final : public allocator {
       }
   }
 
-  allocator_options options_;
-  mutable std::mutex mtx_;
-  allocator_stats stats_;
   char* arena_ = nullptr;
   std::size_t size_ = 0;
   std::map<std::size_t, std::size_t> by_offset_;     // free range offset -> size
