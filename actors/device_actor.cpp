@@ -1,5 +1,6 @@
 // The CPU device actor. Kernels run inside the handler, so requests are served one at a time in
-// mailbox order; outputs are placed in the device's allocator, whose limit therefore bounds them.
+// mailbox order. Kernels run inside an allocator_scope of the device's allocator, so outputs and
+// temporaries are placed there directly and its limit bounds them.
 
 #include "actors/device_actor.hpp"
 
@@ -26,19 +27,12 @@ struct device_state {
 
 // -- behaviour ----------------------------------------------------------------------------------
 
-// Kernels allocate from the process-wide CPU allocator (ops/ has no per-call allocator yet), so an
-// output that is not already ours is copied into device memory.
-expected<void> place_outputs(device_state& st, const std::string& op, std::vector<tensor>& outputs) {
-  for (auto& t : outputs) {
-    if (!t.defined()) continue;
-    auto placed = tensor::empty(t.shape(), t.type(), st.memory);
-    if (!placed)
-      return make_error(placed.error_value().code,
-                        op + " on " + st.name + ": " + placed.error_value().message);
-    AF_TRY(copy_into(t, *placed));
-    t = std::move(*placed);
-  }
-  return {};
+// "matmul: ..." becomes "matmul on cpu:0: ...": the requester learns which device refused.
+error on_device(const std::string& device, const std::string& op, error err) {
+  const std::string prefix = op + ": ";
+  std::string rest = err.message.rfind(prefix, 0) == 0 ? err.message.substr(prefix.size()) : err.message;
+  err.message = op + " on " + device + ": " + rest;
+  return err;
 }
 
 device_actor::behavior_type cpu_device(device_actor::stateful_pointer<device_state> self,
@@ -54,12 +48,12 @@ device_actor::behavior_type cpu_device(device_actor::stateful_pointer<device_sta
              const op_attrs& attrs) -> caf::result<std::vector<tensor>> {
         auto& s = self->state;
         const int64_t start = trace::now_ns();
-        auto outputs = s.ops->run(op, inputs, attrs);
-        if (outputs) {
-          if (auto placed = place_outputs(s, op, *outputs); !placed) outputs = placed.error_value();
-        }
+        auto outputs = [&] {
+          allocator_scope on_device{s.memory};
+          return s.ops->run(op, inputs, attrs);
+        }();
         s.act->busy_since(start, trace::intern(op), 1);
-        if (!outputs) return to_caf_error(outputs.error_value());
+        if (!outputs) return to_caf_error(on_device(s.name, op, std::move(outputs).error_value()));
         return std::move(*outputs);
       },
       [self](stats_atom) -> allocator_stats { return self->state.memory->stats(); },

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace af {
 
@@ -241,7 +242,17 @@ expected<std::shared_ptr<allocator>> make_cpu_allocator(allocator_options option
   return std::shared_ptr<allocator>{std::make_shared<cpu_caching_allocator>(std::move(options))};
 }
 
+namespace {
+thread_local std::shared_ptr<allocator> scoped_allocator;
+}  // namespace
+
+allocator_scope::allocator_scope(std::shared_ptr<allocator> alloc)
+    : previous_(std::exchange(scoped_allocator, std::move(alloc))) {}
+
+allocator_scope::~allocator_scope() { scoped_allocator = std::move(previous_); }
+
 std::shared_ptr<allocator> cpu_allocator() {
+  if (scoped_allocator) return scoped_allocator;
   std::lock_guard<std::mutex> guard{default_mtx};
   return default_cpu_slot();
 }

@@ -61,8 +61,23 @@ class allocator : public std::enable_shared_from_this<allocator> {
 /// invalid_argument for "preallocate" without a limit; out_of_memory when the arena cannot be had.
 expected<std::shared_ptr<allocator>> make_cpu_allocator(allocator_options options = {});
 
-/// The process-wide CPU allocator used when none is given.
+/// The CPU allocator used when none is given: this thread's allocator_scope if one is active,
+/// else the process-wide one.
 std::shared_ptr<allocator> cpu_allocator();
+
+/// While alive, allocations on this thread that name no allocator come from `alloc` (a device
+/// actor wraps each kernel call in one, so outputs and temporaries count against its limit
+/// without a copy). Scopes nest; each restores the previous one.
+class allocator_scope {
+ public:
+  explicit allocator_scope(std::shared_ptr<allocator> alloc);
+  ~allocator_scope();
+  allocator_scope(const allocator_scope&) = delete;
+  allocator_scope& operator=(const allocator_scope&) = delete;
+
+ private:
+  std::shared_ptr<allocator> previous_;
+};
 /// Replaces the process-wide CPU allocator (storage from the old one stays valid).
 void set_cpu_allocator(std::shared_ptr<allocator> alloc);
 

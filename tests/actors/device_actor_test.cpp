@@ -103,7 +103,7 @@ TEST_CASE("a device actor answers an unknown op or a wrong input count with inva
   CHECK(unknown.error_value().message.find("frobnicate") != std::string::npos);
   auto arity = exec(rt.system(), *dev, "matmul", {tensor::scalar<float>(1)});
   REQUIRE_FALSE(arity);
-  CHECK(arity.error_value().message == "op 'matmul' takes 2 inputs, got 1");
+  CHECK(arity.error_value().message == "matmul on cpu:0: op 'matmul' takes 2 inputs, got 1");
 }
 
 TEST_CASE("a device actor with a memory limit refuses outputs beyond it with out_of_memory", "[actors]") {

@@ -111,3 +111,23 @@ TEST_CASE("concurrent allocation and release keep the statistics consistent", "[
     CHECK(stats.allocations == stats.deallocations);
   }
 }
+
+TEST_CASE("an allocator scope routes this thread's default allocations and nests", "[cpu][allocator]") {
+  auto outer = *af::make_cpu_allocator();
+  auto inner = *af::make_cpu_allocator();
+  {
+    af::allocator_scope a{outer};
+    auto x = af::tensor::empty({100}, af::dtype::f32);
+    CHECK(outer->stats().allocations == 1);
+    {
+      af::allocator_scope b{inner};
+      auto y = af::tensor::empty({100}, af::dtype::f32);
+      CHECK(inner->stats().allocations == 1);
+      std::thread other([&] { CHECK(af::cpu_allocator() != inner); });
+      other.join();
+    }
+    auto z = af::tensor::empty({100}, af::dtype::f32);
+    CHECK(outer->stats().allocations == 2);
+  }
+  CHECK(af::cpu_allocator() != outer);
+}
