@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "actors/message_types.hpp"
+#include "bench_common.hpp"
 #include "actors/remote_node.hpp"
 #include "actors/remote_socket.hpp"
 #include "actors/runtime.hpp"
@@ -52,12 +53,7 @@ struct stream_plan {
   bool warmup;
 };
 
-double median(std::vector<double> xs) {
-  if (xs.empty()) return 0.0;
-  std::sort(xs.begin(), xs.end());
-  const std::size_t mid = xs.size() / 2;
-  return xs.size() % 2 ? xs[mid] : 0.5 * (xs[mid - 1] + xs[mid]);
-}
+using af::bench::median;
 
 double seconds_since(clock_type::time_point start) {
   return std::chrono::duration<double>(clock_type::now() - start).count();
