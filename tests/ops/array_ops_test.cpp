@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "op_test_support.hpp"
 #include "ops/array_ops.hpp"
 #include "ops/tensor.hpp"
 
@@ -45,13 +46,6 @@ std::vector<double> reference_concat(const std::vector<tensor>& parts, int axis,
     }
   }
   return out;
-}
-
-void check_error(const af::expected<tensor>& r, errc code, const std::string& needle) {
-  REQUIRE_FALSE(r);
-  INFO(r.error_value().to_string());
-  CHECK(r.error_value().code == code);
-  CHECK(r.error_value().message.find(needle) != std::string::npos);
 }
 
 tensor on_gpu(const shape& dims) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "op_test_support.hpp"
 #include "ops/nn.hpp"
 #include "ops/tensor.hpp"
 
@@ -100,13 +101,6 @@ tensor reference_pool(const tensor& input, const af::pool_options& o, bool is_ma
   const shape dims{n, ey.out, ex.out, c};
   if (out.empty()) return *tensor::zeros(dims, dtype::f64);
   return tensor::from_vector(out, dims);
-}
-
-void check_error(const af::expected<tensor>& r, errc code, const std::string& needle) {
-  REQUIRE_FALSE(r);
-  INFO(r.error_value().to_string());
-  CHECK(r.error_value().code == code);
-  CHECK(r.error_value().message.find(needle) != std::string::npos);
 }
 
 std::string describe(const shape& in, const shape& f, const af::conv2d_options& o) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "op_test_support.hpp"
 #include "ops/linalg.hpp"
 #include "ops/parallel.hpp"
 #include "ops/tensor.hpp"
@@ -76,13 +77,6 @@ void check_matches(const tensor& got, const tensor& want, double tol) {
   INFO("got " << got.to_string() << "\nwant " << want.to_string());
   REQUIRE(got.shape() == want.shape());
   CHECK(af::all_close(got, want, tol, tol));
-}
-
-void check_error(const af::expected<tensor>& r, errc code, const std::string& needle) {
-  REQUIRE_FALSE(r);
-  CHECK(r.error_value().code == code);
-  INFO(r.error_value().to_string());
-  CHECK(r.error_value().message.find(needle) != std::string::npos);
 }
 
 // A tensor whose storage claims to live on a GPU; the CPU kernels must refuse it before reading.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "op_test_support.hpp"
 #include "ops/nn.hpp"
 #include "ops/tensor.hpp"
 
@@ -44,13 +45,6 @@ tensor reference_softmax(const tensor& x, int axis, bool is_log) {
         out[at(k)] = static_cast<double>(is_log ? v[at(k)] - peak - std::log(sum) : std::exp(v[at(k)] - peak) / sum);
     }
   return tensor::from_vector(out, dims);
-}
-
-void check_error(const af::expected<tensor>& r, errc code, const std::string& needle) {
-  REQUIRE_FALSE(r);
-  INFO(r.error_value().to_string());
-  CHECK(r.error_value().code == code);
-  CHECK(r.error_value().message.find(needle) != std::string::npos);
 }
 
 }  // namespace
