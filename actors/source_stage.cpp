@@ -25,12 +25,6 @@ using source_actor = caf::stateful_actor<source_state>;
 
 // -- behaviour ----------------------------------------------------------------------------------
 
-void schedule_step(source_actor* self) {
-  if (self->state.step_pending) return;
-  self->state.step_pending = true;
-  self->send(self, step_atom::value);
-}
-
 // Generates until the slots are full, the stream ends, or the time slice is used up.
 void run(source_actor* self) {
   auto& st = self->state;
@@ -72,14 +66,7 @@ caf::behavior source_stage(source_actor* self, stage_spec spec,
   schedule_step(self);
   return {
       [self](flow::demand_atom, uint64_t n) {
-        auto& out = *self->state.out;
-        if (!out.port.on_demand(self, self->current_sender(), n)) {
-          self->send(caf::actor_cast<caf::actor>(self->current_sender()), flow::fail_atom::value,
-                     make_caf_error(errc::protocol_violation,
-                                    "stage '" + out.name + "' already serves another consumer"));
-          return;
-        }
-        run(self);
+        if (accept_demand(self, *self->state.out, n)) run(self);
       },
       [self](flow::cancel_atom) { self->quit(); },
       [self](step_atom) {

@@ -158,6 +158,25 @@ auto call_guarded(F&& fn, const char* what) -> decltype(fn()) {
   }
 }
 
+/// Queues one step message to the stage itself unless one is already pending, so a stage that
+/// yields after its time slice resumes without flooding its own mailbox.
+template <class Self>
+void schedule_step(Self* self) {
+  if (self->state.step_pending) return;
+  self->state.step_pending = true;
+  self->send(self, step_atom::value);
+}
+
+/// A consumer's demand: the first consumer binds the stage; any other gets protocol_violation.
+/// True when the demand was accepted (the caller then runs the stage).
+template <class Self>
+bool accept_demand(Self* self, stage_output& out, uint64_t n) {
+  if (out.port.on_demand(self, self->current_sender(), n)) return true;
+  self->send(caf::actor_cast<caf::actor>(self->current_sender()), flow::fail_atom::value,
+             make_caf_error(errc::protocol_violation, "stage '" + out.name + "' already serves another consumer"));
+  return false;
+}
+
 /// Spawners, one per actor kind (each in its own translation unit).
 caf::actor spawn_source(caf::actor_system& sys, const stage_spec& spec,
                         std::shared_ptr<stage_metrics> metrics);

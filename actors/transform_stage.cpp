@@ -30,12 +30,6 @@ using transform_actor = caf::stateful_actor<transform_state>;
 
 // -- behaviour ----------------------------------------------------------------------------------
 
-void schedule_step(transform_actor* self) {
-  if (self->state.step_pending) return;
-  self->state.step_pending = true;
-  self->send(self, step_atom::value);
-}
-
 void top_up(transform_actor* self) {
   auto& st = self->state;
   const std::size_t held = st.out->buffer.size() + st.inputs.size();
@@ -130,14 +124,7 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
         run(self);
       },
       [self](flow::demand_atom, uint64_t n) {
-        auto& out = *self->state.out;
-        if (!out.port.on_demand(self, self->current_sender(), n)) {
-          self->send(caf::actor_cast<caf::actor>(self->current_sender()), flow::fail_atom::value,
-                     make_caf_error(errc::protocol_violation,
-                                    "stage '" + out.name + "' already serves another consumer"));
-          return;
-        }
-        run(self);
+        if (accept_demand(self, *self->state.out, n)) run(self);
       },
       [self](flow::cancel_atom) {
         self->state.in.cancel(self);
