@@ -14,6 +14,7 @@
 #include "actors/remote_node.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/remote_socket.hpp"
+#include "actors/tsan_handoff.hpp"
 
 namespace af {
 
@@ -110,6 +111,7 @@ caf::behavior receiver_control(caf::event_based_actor* self, std::shared_ptr<rec
         return {shared->stats.window, data_port, shared->token};
       },
       [=](remote::tensor_atom, tensor& t) {
+        detail::tsan_acquire_payload(t);
         if (auto err = shared->push(std::move(t))) report_to_sender(shared->sender_handle(), err);
       },
       [=](remote::end_atom, uint64_t count) {

@@ -11,6 +11,7 @@
 #include "actors/remote_node.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/remote_socket.hpp"
+#include "actors/tsan_handoff.hpp"
 
 namespace af {
 
@@ -197,6 +198,7 @@ expected<void> remote_sender::send(const tensor& t) {
     g.stats.max_in_flight = std::max(g.stats.max_in_flight, g.stats.sent - g.stats.acknowledged);
   }
   if (p.options.transport == bulk_transport::caf_messages) {
+    detail::tsan_release_payload(dense);
     caf::anon_send(p.receiver, remote::tensor_atom::value, std::move(dense));
     return {};
   }

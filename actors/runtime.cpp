@@ -27,6 +27,12 @@ class actorflow_config : public caf::actor_system_config {
     set("scheduler.max-threads", static_cast<size_t>(threads));
     if (options.network) {
       load<caf::io::middleman>();
+#if defined(__SANITIZE_THREAD__)
+      // CAF hands each incoming payload buffer to a pool of BASP workers through uninstrumented
+      // queues; TSan then sees every deserialised byte as a race (suppressed, but minutes per 4 MiB
+      // tensor). Deserialising on the multiplexer thread that received the bytes avoids that edge.
+      set("middleman.workers", size_t{0});
+#endif
       if (options.heartbeat_interval_ms > 0)
         set("middleman.heartbeat-interval",
             caf::timespan{std::chrono::milliseconds{options.heartbeat_interval_ms}});

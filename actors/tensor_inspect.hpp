@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "ops/tensor.hpp"
+#include "actors/tsan_handoff.hpp"
 #include "serialization/tensor_codec.hpp"
 
 namespace af {
@@ -28,6 +29,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor& t) {
     if (t.nbytes() == 0) return caf::none;
     auto dense = t.contiguous();
     if (!dense) return caf::make_error(caf::sec::invalid_argument, dense.error_value().to_string());
+    detail::tsan_acquire_payload(*dense);
     return f.apply_raw(dense->nbytes(), dense->raw_data());
   } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
     std::string header_bytes;
@@ -38,6 +40,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor& t) {
     if (!fresh) return caf::make_error(caf::sec::invalid_argument, fresh.error_value().to_string());
     if (header->payload_bytes > 0)
       if (auto err = f.apply_raw(header->payload_bytes, fresh->raw_data())) return err;
+    detail::tsan_release_payload(*fresh);
     t = std::move(*fresh);
     return caf::none;
   } else {

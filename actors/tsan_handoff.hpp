@@ -1,0 +1,33 @@
+#pragma once
+
+// ThreadSanitizer cannot see the happens-before edges that CAF's uninstrumented libraries provide
+// between the thread that sends a tensor to a remote actor and the middleman that serialises it,
+// and between the middleman that deserialises one and the actor that handles it: the payload is
+// copied by a memcpy inside libcaf_core and handed over through libcaf_io's queues. Without help
+// TSan reports every payload byte on the far side of each edge as a race; the reports are
+// suppressed (tests/tsan.supp), but collecting them for a 4 MiB tensor takes minutes and stalls the
+// stream. Each side of an edge releases or acquires the payload's address, declaring to TSan the
+// ordering CAF provides. Outside TSan builds these calls compile to nothing.
+
+#include "ops/tensor.hpp"
+
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
+namespace af::detail {
+
+inline void tsan_release_payload([[maybe_unused]] const tensor& t) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  if (t.nbytes() > 0) __tsan_release(t.raw_data());
+#endif
+}
+
+inline void tsan_acquire_payload([[maybe_unused]] const tensor& t) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  if (t.nbytes() > 0) __tsan_acquire(t.raw_data());
+#endif
+}
+
+}  // namespace af::detail
