@@ -50,8 +50,11 @@ struct remote_options {
   /// 4 keeps a 4 MiB stream at full speed on loopback (see bench_messaging) while bounding
   /// buffered memory to window * tensor size.
   uint32_t window = 4;
-  /// Bound on every wait: handshake, credit, flush, finish, a stalled socket.
+  /// Bound on every wait of a running stream: credit, flush, finish, a stalled socket.
   std::chrono::milliseconds request_timeout{10000};
+  /// Bound on the sender's handshake (control reply and data connection), kept apart from
+  /// request_timeout so that a short credit bound does not also make connecting fragile.
+  std::chrono::milliseconds connect_timeout{10000};
   /// Chosen by the sender; the receiver accepts either.
   bulk_transport transport = bulk_transport::tcp_socket;
   /// SO_SNDBUF / SO_RCVBUF of the data connection (the kernel may cap it).

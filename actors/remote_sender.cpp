@@ -155,12 +155,12 @@ expected<remote_sender> remote_sender::connect(runtime& rt, const std::string& h
     return make_error(errc::io_error, "cannot connect to " + peer + ": " + sys.render(remote.error()));
   p->receiver = *remote;
   p->control = sys.spawn(sender_control, p->receiver, p->gate, peer, static_cast<uint32_t>(options.transport),
-                         std::max<uint32_t>(1, options.window), caf::timespan{options.request_timeout});
+                         std::max<uint32_t>(1, options.window), caf::timespan{options.connect_timeout});
   {
     std::unique_lock lock{p->gate->mutex};
-    AF_TRY(p->gate->wait(lock, p->deadline(), [&] { return p->gate->ready; },
+    AF_TRY(p->gate->wait(lock, clock_type::now() + options.connect_timeout, [&] { return p->gate->ready; },
                          "no handshake reply from " + peer + " within " +
-                             std::to_string(options.request_timeout.count()) + " ms"));
+                             std::to_string(options.connect_timeout.count()) + " ms"));
   }
   if (options.transport == bulk_transport::tcp_socket) {
     auto fd = net::connect_tcp(host, p->gate->data_port);

@@ -43,6 +43,7 @@ TEST_CASE("tensors of every dtype and shape from a peer process arrive intact an
   af::runtime rt{node_options()};
   af::remote_options options;
   options.window = 3;
+  options.request_timeout = 60s;  // content, not speed, is checked: TSan on two cores is slow
   auto rx = af::remote_receiver::listen(rt, 0, options);
   REQUIRE(rx);
   const uint64_t count = 40;  // includes two 4 MiB tensors
@@ -68,20 +69,30 @@ TEST_CASE("tensors of every dtype and shape from a peer process arrive intact an
 
 TEST_CASE("a sender streams views and 4 MiB tensors to a peer that checksums every byte", "[net]") {
   auto transport = GENERATE(af::bulk_transport::tcp_socket, af::bulk_transport::caf_messages);
+  INFO("transport " << (transport == af::bulk_transport::tcp_socket ? "tcp" : "caf"));
   af::runtime rt{node_options()};
   peer_process peer{{"receive", "--window", "2"}};
   const uint16_t port = start_receiver(peer);
   af::remote_options options;
   options.transport = transport;
   options.window = 8;  // the receiver's cap of 2 wins
+  options.request_timeout = 60s;  // a TSan build on two cores moves 4 MiB tensors slowly
   auto tx = af::remote_sender::connect(rt, "127.0.0.1", port, options);
   REQUIRE(tx);
   std::vector<af::tensor> sent;
   for (uint64_t i = 0; i < 24; ++i) sent.push_back(af::test::pattern_tensor(i));
   sent.push_back(*af::tensor::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3}).transpose());
   sent.push_back(*af::test::pattern_tensor(15).slice(1, 3, 1000, 7));
-  for (const auto& t : sent) REQUIRE(tx->send(t));
-  REQUIRE(tx->finish());
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    auto ok = tx->send(sent[i]);
+    if (!ok) {
+      std::string said;
+      while (auto line = peer.read_line(1s)) said += "\n  " + *line;
+      FAIL("send " << i << ": " << ok.error_value().to_string() << "; stats sent " << tx->stats().sent << " acknowledged "
+                   << tx->stats().acknowledged << "; the peer said:" << said);
+    }
+  }
+  if (auto ok = tx->finish(); !ok) FAIL("finish: " << ok.error_value().to_string());
   for (std::size_t i = 0; i < sent.size(); ++i)
     CHECK(peer.read_line(60s) == "tensor " + std::to_string(i) + " " + std::to_string(af::test::checksum(sent[i])));
   CHECK(peer.read_line(60s) == "end " + std::to_string(sent.size()));
@@ -117,6 +128,7 @@ TEST_CASE("with a consumer that takes nothing the sender stops after exactly the
 
 TEST_CASE("a receiver killed mid-transfer fails the pending send promptly with peer_down naming it", "[net]") {
   auto transport = GENERATE(af::bulk_transport::tcp_socket, af::bulk_transport::caf_messages);
+  INFO("transport " << (transport == af::bulk_transport::tcp_socket ? "tcp" : "caf"));
   af::runtime rt{node_options()};
   peer_process peer{{"receive", "--window", "2", "--hold"}};
   const uint16_t port = start_receiver(peer);
@@ -174,6 +186,7 @@ TEST_CASE("a receiver that rejects bad input fails the sender with the same reas
   af::runtime rt{node_options()};
   af::remote_options options;
   options.max_payload_bytes = 1 << 20;  // tensor 7 of the pattern is 4 MiB: "bad input" here
+  options.request_timeout = 60s;
   auto rx = af::remote_receiver::listen(rt, 0, options);
   REQUIRE(rx);
   peer_process peer{{"send", std::to_string(rx->port()), "--count", "40"}};

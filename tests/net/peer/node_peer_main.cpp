@@ -41,9 +41,17 @@ af::runtime_options node_options() {
   return {.scheduler_threads = 2, .network = true, .heartbeat_interval_ms = 1000, .connection_timeout_ms = 60000};
 }
 
+// Sanitizer builds on a loaded two-core machine move 4 MiB tensors slowly; the peer checks content,
+// not speed, so it waits far longer than the library default.
+af::remote_options patient_options() {
+  af::remote_options options;
+  options.request_timeout = std::chrono::seconds(60);
+  return options;
+}
+
 int receive(int argc, char** argv) {
   af::runtime rt{node_options()};
-  af::remote_options options;
+  auto options = patient_options();
   options.window = static_cast<uint32_t>(std::atoi(option(argc, argv, "--window", "4")));
   auto rx = af::remote_receiver::listen(rt, 0, options);
   if (!rx) return say("error " + rx.error_value().to_string()), 1;
@@ -60,7 +68,7 @@ int receive(int argc, char** argv) {
 int send(int argc, char** argv) {
   if (argc < 3) return say("error usage: send PORT"), 2;
   af::runtime rt{node_options()};
-  af::remote_options options;
+  auto options = patient_options();
   options.transport = std::strcmp(option(argc, argv, "--transport", "tcp"), "caf") == 0
                           ? af::bulk_transport::caf_messages
                           : af::bulk_transport::tcp_socket;
