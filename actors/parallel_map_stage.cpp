@@ -117,6 +117,8 @@ struct parallel_map_state {
   int64_t worker_busy_ns = 0;  // sum over all workers, live and retired
   trace::name_id blocked_name = trace::intern("blocked on output");
   trace::name_id waiting_name = trace::intern("waiting for input");
+  int rest = 0;  // what the coordinator rests in: 0 nothing, 1 waiting for input, 2 blocked
+  int64_t rest_since = 0;
 };
 
 using parallel_map_actor = caf::stateful_actor<parallel_map_state>;
@@ -268,9 +270,18 @@ void publish(parallel_map_actor* self) {
   auto& out = *st.out;
   const bool blocked = !out.buffer.empty() && out.port.credit() == 0;
   const bool waiting = !blocked && st.in_flight == 0 && st.inputs.empty() && !st.upstream_done;
-  if (blocked) out.act.enter(trace::category::blocked_on_output, st.blocked_name);
-  else if (waiting) out.act.enter(trace::category::waiting_for_input, st.waiting_name);
-  else out.act.leave();
+  const int rest = blocked ? 2 : (waiting ? 1 : 0);
+  const int64_t now = trace::now_ns();
+  // A span adds to the totals only when it closes: one that lasts (a consumer that grants a credit
+  // at a time keeps the stage blocked for the whole run) is cut every millisecond so that the
+  // counters autotune reads stay current.
+  if (rest != st.rest || now - st.rest_since > 1'000'000) {
+    out.act.leave();
+    if (blocked) out.act.enter(trace::category::blocked_on_output, st.blocked_name);
+    else if (waiting) out.act.enter(trace::category::waiting_for_input, st.waiting_name);
+    st.rest = rest;
+    st.rest_since = now;
+  }
   auto& m = out.metrics();
   m.busy_ns.store(st.worker_busy_ns, std::memory_order_relaxed);
   m.waiting_ns.store(out.act.total_ns(trace::category::waiting_for_input), std::memory_order_relaxed);
