@@ -15,7 +15,7 @@ namespace {
 // -- state --------------------------------------------------------------------------------------
 
 struct source_state {
-  generator_fn gen;  // a copy per launch, so generators with state do not share it
+  generator_fn gen;  // made per launch, so generators with state do not share it
   std::unique_ptr<stage_output> out;
   trace::name_id generate_name = trace::intern("generate");
   bool step_pending = false;
@@ -55,9 +55,25 @@ void run(source_actor* self) {
   out.rest(false, out.buffer.size());
 }
 
+// A factory that throws or returns an empty generator yields a generator that fails the stream.
+generator_fn call_make(const stage_spec& spec) {
+  std::string failure;
+  try {
+    if (auto gen = spec.make_gen()) return gen;
+    failure = "made an empty generator";
+  } catch (const std::exception& ex) {
+    failure = std::string{"threw: "} + ex.what();
+  } catch (...) {
+    failure = "threw a non-standard exception";
+  }
+  return [failure]() -> expected<std::optional<element>> {
+    return make_error(errc::invalid_argument, "generator factory " + failure);
+  };
+}
+
 caf::behavior source_stage(source_actor* self, stage_spec spec,
                            std::shared_ptr<stage_metrics> metrics) {
-  self->state.gen = std::move(spec.gen);
+  self->state.gen = call_make(spec);
   self->state.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
   self->set_down_handler([self](const caf::down_msg& msg) {
     // Only the consumer is monitored: its death is a cancel.
@@ -71,6 +87,10 @@ caf::behavior source_stage(source_actor* self, stage_spec spec,
       [self](flow::cancel_atom) { self->quit(); },
       [self](step_atom) {
         self->state.step_pending = false;
+        run(self);
+      },
+      [self](tune_atom, uint64_t slots, uint64_t) {
+        if (slots) self->state.out->set_slots(static_cast<std::size_t>(slots));
         run(self);
       },
   };

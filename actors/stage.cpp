@@ -26,7 +26,18 @@ pipeline pipeline::from_generator(std::string name, generator_fn gen, stage_opti
   spec->what = stage_spec::kind::generator;
   spec->name = std::move(name);
   spec->options = options;
-  spec->gen = std::move(gen);
+  spec->make_gen = [gen = std::move(gen)] { return gen; };  // a copy per launch
+  pipeline p;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
+pipeline pipeline::from_source(std::string name, generator_factory make, stage_options options) {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::generator;
+  spec->name = std::move(name);
+  spec->options = options;
+  spec->make_gen = std::move(make);
   pipeline p;
   p.stages_.push_back(std::move(spec));
   return p;
@@ -42,11 +53,49 @@ pipeline pipeline::from_actor(std::string name, caf::actor producer) {
   return p;
 }
 
+namespace {
+
+// A stateless function as an operator.
+class function_operator final : public stage_operator {
+ public:
+  explicit function_operator(transform_fn fn) : fn_(std::move(fn)) {}
+  expected<void> push(element input, std::vector<element>& out) override {
+    auto made = fn_(std::move(input));
+    if (!made) return made.error_value();
+    for (auto& e : *made) out.push_back(std::move(e));
+    return {};
+  }
+
+ private:
+  transform_fn fn_;
+};
+
+}  // namespace
+
 pipeline pipeline::transform(std::string name, transform_fn fn, stage_options options) const {
+  return apply(std::move(name), [fn = std::move(fn)] { return std::make_unique<function_operator>(fn); },
+               options);
+}
+
+pipeline pipeline::apply(std::string name, operator_factory make, stage_options options) const {
   auto spec = std::make_shared<stage_spec>();
   spec->what = stage_spec::kind::transform;
   spec->name = std::move(name);
   spec->options = options;
+  spec->make_op = std::move(make);
+  pipeline p = *this;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
+pipeline pipeline::parallel_map(std::string name, transform_fn fn, parallel_options options) const {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::parallel_map;
+  spec->name = std::move(name);
+  options.parallelism = std::max<std::size_t>(1, options.parallelism);
+  if (options.slots == 0) options.slots = 2 * options.parallelism;
+  spec->options.slots = options.slots;
+  spec->parallel = options;
   spec->fn = std::move(fn);
   pipeline p = *this;
   p.stages_.push_back(std::move(spec));
@@ -65,6 +114,9 @@ std::string pipeline::to_dot() const {
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     const auto& s = *stages_[i];
     out += "  s" + std::to_string(i) + " [label=\"" + s.name;
+    if (s.what == stage_spec::kind::parallel_map)
+      out += "\\nworkers " + std::to_string(s.parallel.parallelism) +
+             (s.parallel.deterministic ? ", ordered" : ", unordered");
     if (s.what != stage_spec::kind::actor) out += "\\nslots " + std::to_string(s.options.slots);
     out += "\"];\n";
     if (i > 0) out += "  s" + std::to_string(i - 1) + " -> s" + std::to_string(i) + ";\n";
@@ -79,6 +131,7 @@ struct topology::impl {
   std::vector<caf::actor> owned;  // stage actors we spawned (not an external source)
   caf::actor tail;
   std::vector<std::shared_ptr<stage_metrics>> metrics;
+  std::vector<caf::actor> stage_actors;  // parallel to metrics
   bool down = false;
 };
 
@@ -101,6 +154,20 @@ std::vector<stage_counters> topology::counters() const {
   if (impl_)
     for (const auto& m : impl_->metrics) out.push_back(m->snapshot());
   return out;
+}
+
+std::size_t topology::stage_count() const { return impl_ ? impl_->metrics.size() : 0; }
+
+void topology::set_slots(std::size_t stage, std::size_t slots) {
+  if (!impl_ || impl_->down || stage >= impl_->stage_actors.size()) return;
+  caf::anon_send(impl_->stage_actors[stage], detail::tune_atom::value,
+                 static_cast<uint64_t>(std::max<std::size_t>(1, slots)), uint64_t{0});
+}
+
+void topology::set_parallelism(std::size_t stage, std::size_t workers) {
+  if (!impl_ || impl_->down || stage >= impl_->stage_actors.size()) return;
+  caf::anon_send(impl_->stage_actors[stage], detail::tune_atom::value, uint64_t{0},
+                 static_cast<uint64_t>(std::max<std::size_t>(1, workers)));
 }
 
 void topology::shutdown() {
@@ -145,8 +212,13 @@ std::unique_ptr<topology::impl> spawn_stages(runtime& rt, const pipeline& p) {
         prev = detail::spawn_transform(rt.system(), *spec, prev, metrics);
         state->owned.push_back(prev);
         break;
+      case stage_spec::kind::parallel_map:
+        prev = detail::spawn_parallel_map(rt.system(), *spec, prev, metrics);
+        state->owned.push_back(prev);
+        break;
     }
     state->metrics.push_back(std::move(metrics));
+    state->stage_actors.push_back(prev);
   }
   state->tail = prev;
   return state;
@@ -187,7 +259,8 @@ topology launch_with_sink(runtime& rt, const pipeline& p, const sink_options& op
   auto handle = detail::spawn_sink(rt.system(), options.name, options.slots, state->tail,
                                    std::move(target), metrics);
   if (sink) *sink = handle;
-  state->owned.push_back(std::move(handle));
+  state->owned.push_back(handle);
+  state->stage_actors.push_back(std::move(handle));
   state->metrics.push_back(std::move(metrics));
   return topology{std::move(state)};
 }

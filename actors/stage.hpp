@@ -38,6 +38,39 @@ struct stage_options {
 using generator_fn = std::function<expected<std::optional<element>>()>;
 /// Maps one element to zero or more. An error or an exception fails the stream (never a crash).
 using transform_fn = std::function<expected<std::vector<element>>(element)>;
+/// Makes a fresh generator for each launch, so a launched pipeline never shares a generator's state
+/// with another launch of the same description.
+using generator_factory = std::function<generator_fn()>;
+
+/// A stateful per-element operator run by a stage (batch, shuffle, take, ...). Each launch gets its
+/// own instance from an operator_factory; the stage calls it from one thread at a time.
+class stage_operator {
+ public:
+  virtual ~stage_operator() = default;
+  /// Consumes one input and appends the outputs it completes (none while filling a buffer).
+  virtual expected<void> push(element input, std::vector<element>& out) = 0;
+  /// After upstream ended cleanly: appends some of what the operator still holds (a partial batch,
+  /// the shuffle buffer). Called each time the stage has room, until a call appends nothing, so an
+  /// operator holding many elements may hand them out a few at a time (`room` is a hint).
+  virtual expected<void> finish(std::vector<element>& /*out*/, std::size_t /*room*/) { return {}; }
+  /// True once the operator wants no more input (take reached its count): the stage cancels
+  /// upstream and then finishes as if upstream had ended.
+  virtual bool satisfied() const noexcept { return false; }
+  /// Elements held inside the operator right now (reported as buffered).
+  virtual std::size_t held() const noexcept { return 0; }
+};
+using operator_factory = std::function<std::unique_ptr<stage_operator>()>;
+
+/// Settings of a parallel map stage.
+struct parallel_options {
+  /// Worker actors applying the function concurrently (at least 1).
+  std::size_t parallelism = 2;
+  /// Outputs leave in input order (false: as soon as a worker finishes, for more throughput).
+  bool deterministic = true;
+  /// Elements the stage may hold, in flight and ready (0: 2 x parallelism). Also bounds how far a
+  /// slow element can hold back the ones after it in deterministic mode.
+  std::size_t slots = 0;
+};
 
 /// What a stage did so far (for autotune and reports); a snapshot, read while the stage runs.
 struct stage_counters {
@@ -48,6 +81,8 @@ struct stage_counters {
   int64_t waiting_ns = 0;  ///< room to work but no input
   int64_t blocked_ns = 0;  ///< output slots full, no credit from downstream
   uint64_t buffered = 0;   ///< elements held right now
+  uint64_t slots = 0;      ///< output slots now (autotune may change them)
+  uint64_t parallelism = 1;  ///< workers now (parallel map stages; 1 elsewhere)
 };
 
 struct stage_spec;
@@ -59,8 +94,15 @@ class pipeline {
   static pipeline from_generator(std::string name, generator_fn gen, stage_options options = {});
   /// An existing producer actor (any actor speaking the flow protocol, local or remote) as source.
   static pipeline from_actor(std::string name, caf::actor producer);
+  /// A source stage pulling from a generator made afresh for each launch.
+  static pipeline from_source(std::string name, generator_factory make, stage_options options = {});
   /// This pipeline followed by a transform stage.
   pipeline transform(std::string name, transform_fn fn, stage_options options = {}) const;
+  /// This pipeline followed by a stage running a stateful operator (one instance per launch).
+  pipeline apply(std::string name, operator_factory make, stage_options options = {}) const;
+  /// This pipeline followed by a stage that fans elements out to `options.parallelism` worker actors
+  /// each applying `fn` (called concurrently: it must be thread-safe) and merges their outputs.
+  pipeline parallel_map(std::string name, transform_fn fn, parallel_options options = {}) const;
 
   /// Upper bound on the elements the stages hold at once (excluding any sink).
   std::size_t total_slots() const;
@@ -87,6 +129,13 @@ class topology {
   std::vector<stage_counters> counters() const;
   /// Cancels every stage and waits until all have terminated; idempotent.
   void shutdown();
+  /// Number of stages counters() reports (external sources excluded).
+  std::size_t stage_count() const;
+  /// Changes a running stage's output slots (index as in counters(); at least 1). Takes effect
+  /// when the stage next acts; a stage never drops what it holds when its slots shrink.
+  void set_slots(std::size_t stage, std::size_t slots);
+  /// Changes a running parallel map stage's worker count (ignored by other stages).
+  void set_parallelism(std::size_t stage, std::size_t workers);
 
   struct impl;
   explicit topology(std::unique_ptr<impl> state);

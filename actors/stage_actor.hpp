@@ -23,13 +23,15 @@ namespace af {
 
 /// One stage of a pipeline description.
 struct stage_spec {
-  enum class kind { generator, actor, transform };
+  enum class kind { generator, actor, transform, parallel_map };
   kind what = kind::generator;
   std::string name;
   stage_options options;
-  generator_fn gen;
-  transform_fn fn;
-  caf::actor producer;  // kind::actor only
+  generator_factory make_gen;  // kind::generator
+  operator_factory make_op;    // kind::transform
+  transform_fn fn;             // kind::parallel_map
+  parallel_options parallel;   // kind::parallel_map
+  caf::actor producer;         // kind::actor
 };
 
 namespace detail {
@@ -39,6 +41,8 @@ namespace detail {
 using step_atom = caf::atom_constant<caf::atom("af_step")>;
 /// Reader thread -> sink actor: k delivered elements were consumed, their credit may be regranted.
 using release_atom = caf::atom_constant<caf::atom("af_release")>;
+/// Topology -> stage: (tune_atom, slots, parallelism); 0 leaves a setting as it is.
+using tune_atom = caf::atom_constant<caf::atom("af_tune")>;
 
 /// Longest run of work in one message handler before the stage yields to its mailbox.
 inline constexpr int64_t time_slice_ns = 1'000'000;
@@ -53,6 +57,8 @@ struct stage_metrics {
   std::atomic<int64_t> waiting_ns{0};
   std::atomic<int64_t> blocked_ns{0};
   std::atomic<uint64_t> buffered{0};
+  std::atomic<uint64_t> slots{0};
+  std::atomic<uint64_t> parallelism{1};
 
   void publish(const trace::activity& act, std::size_t held) {
     busy_ns.store(act.total_ns(trace::category::busy), std::memory_order_relaxed);
@@ -67,7 +73,9 @@ struct stage_metrics {
             busy_ns.load(std::memory_order_relaxed),
             waiting_ns.load(std::memory_order_relaxed),
             blocked_ns.load(std::memory_order_relaxed),
-            buffered.load(std::memory_order_relaxed)};
+            buffered.load(std::memory_order_relaxed),
+            slots.load(std::memory_order_relaxed),
+            parallelism.load(std::memory_order_relaxed)};
   }
 };
 
@@ -91,13 +99,20 @@ class stage_output {
   stage_output(std::string stage_name, std::size_t slots, std::shared_ptr<stage_metrics> metrics)
       : name(std::move(stage_name)), act(name), slots_(slots < 1 ? 1 : slots),
         metrics_(std::move(metrics)), blocked_name_(trace::intern("blocked on output")),
-        waiting_name_(trace::intern("waiting for input")) {}
+        waiting_name_(trace::intern("waiting for input")) {
+    metrics_->slots.store(slots_, std::memory_order_relaxed);
+  }
 
   const std::string name;
   std::deque<element> buffer;
   flow::outbound port;
 
   std::size_t slots() const noexcept { return slots_; }
+  /// Autotune's new slot count (at least 1); held elements beyond it drain before more are made.
+  void set_slots(std::size_t n) noexcept {
+    slots_ = n < 1 ? 1 : n;
+    metrics_->slots.store(slots_, std::memory_order_relaxed);
+  }
   std::size_t free_slots() const noexcept { return buffer.size() < slots_ ? slots_ - buffer.size() : 0; }
   bool has_terminal() const noexcept { return terminal_set_; }
   /// The first terminal wins: later ones (a cancel racing an error) are ignored.
@@ -182,6 +197,8 @@ caf::actor spawn_source(caf::actor_system& sys, const stage_spec& spec,
                         std::shared_ptr<stage_metrics> metrics);
 caf::actor spawn_transform(caf::actor_system& sys, const stage_spec& spec, caf::actor upstream,
                            std::shared_ptr<stage_metrics> metrics);
+caf::actor spawn_parallel_map(caf::actor_system& sys, const stage_spec& spec, caf::actor upstream,
+                              std::shared_ptr<stage_metrics> metrics);
 caf::actor spawn_sink(caf::actor_system& sys, std::string name, std::size_t slots,
                       caf::actor upstream, std::shared_ptr<sink_target> target,
                       std::shared_ptr<stage_metrics> metrics);

@@ -1,4 +1,4 @@
-// A transform stage: maps each input element to zero or more outputs with a user function.
+// A transform stage: runs a stage_operator (a function, batch, shuffle, take, ...) on each input.
 // Invariant: inputs waiting + outputs buffered + credit granted upstream <= slots, so the stage
 // never asks for more than it has room for. (One call that expands an element into n outputs may
 // overfill the slots by n - 1 until they drain; no further input is taken meanwhile.)
@@ -16,11 +16,13 @@ namespace {
 // -- state --------------------------------------------------------------------------------------
 
 struct transform_state {
-  transform_fn fn;  // a copy per launch
+  std::unique_ptr<stage_operator> op;  // made per launch
+  std::vector<element> made;           // the operator's outputs of one call, reused
   std::unique_ptr<stage_output> out;
   flow::inbound in;
   std::deque<element> inputs;  // received, not yet transformed
   bool upstream_done = false;
+  bool op_drained = false;     // finish() appended nothing: the operator holds nothing more
   caf::error upstream_status;  // end (empty) or the upstream failure, forwarded after our outputs
   trace::name_id transform_name = trace::intern("transform");
   bool step_pending = false;
@@ -32,9 +34,22 @@ using transform_actor = caf::stateful_actor<transform_state>;
 
 void top_up(transform_actor* self) {
   auto& st = self->state;
+  if (st.upstream_done) return;
   const std::size_t held = st.out->buffer.size() + st.inputs.size();
   const std::size_t slots = st.out->slots();
   if (held < slots) st.in.grant_up_to(self, slots - held);
+}
+
+std::size_t held(const transform_state& st) {
+  return st.out->buffer.size() + st.inputs.size() + st.op->held();
+}
+
+// Moves one call's outputs into the output slots.
+uint32_t take_made(transform_state& st) {
+  const auto n = static_cast<uint32_t>(st.made.size());
+  for (auto& e : st.made) st.out->buffer.push_back(std::move(e));
+  st.made.clear();
+  return n;
 }
 
 // Our own failure: stop upstream, drop pending inputs, fail after the outputs already made.
@@ -43,6 +58,7 @@ void fail(transform_actor* self, caf::error err) {
   st.in.cancel(self);
   st.inputs.clear();
   st.upstream_done = true;
+  st.op_drained = true;
   st.out->set_terminal(std::move(err));
 }
 
@@ -59,29 +75,71 @@ void run(transform_actor* self) {
     element input = std::move(st.inputs.front());
     st.inputs.pop_front();
     ++consumed;
-    auto outputs = call_guarded([&] { return st.fn(std::move(input)); }, "transform");
-    if (!outputs) {
-      fail(self, out.stage_error(outputs.error_value()));
+    auto pushed = call_guarded([&] { return st.op->push(std::move(input), st.made); }, "transform");
+    produced += take_made(st);
+    if (!pushed) {
+      fail(self, out.stage_error(pushed.error_value()));
       break;
     }
-    for (auto& e : *outputs) out.buffer.push_back(std::move(e));
-    produced += static_cast<uint32_t>(outputs->size());
+    if (st.op->satisfied()) {  // e.g. take(n) has its n: stop upstream, end after what we hold
+      st.in.cancel(self);
+      st.inputs.clear();
+      st.upstream_done = true;
+      st.upstream_status = caf::error{};
+    }
+  }
+  // Upstream ended cleanly: let the operator hand out what it holds, as room allows.
+  while (st.upstream_done && st.inputs.empty() && !st.upstream_status && !st.op_drained &&
+         !out.has_terminal() && out.free_slots() > 0 && trace::now_ns() - start < time_slice_ns) {
+    ++consumed;
+    auto finished = call_guarded([&] { return st.op->finish(st.made, out.free_slots()); }, "transform");
+    const uint32_t n = take_made(st);
+    produced += n;
+    if (!finished) fail(self, out.stage_error(finished.error_value()));
+    else if (n == 0) st.op_drained = true;
   }
   if (consumed) out.act.busy_since(start, st.transform_name, produced);
-  if (st.upstream_done && st.inputs.empty()) out.set_terminal(st.upstream_status);
+  if (st.upstream_done && st.inputs.empty() && (st.op_drained || st.upstream_status))
+    out.set_terminal(st.upstream_status);
   if (out.flush(self)) {
     self->quit();
     return;
   }
   top_up(self);
-  if (!out.has_terminal() && !st.inputs.empty() && out.free_slots() > 0) schedule_step(self);
-  out.rest(st.inputs.empty() && !st.upstream_done, out.buffer.size() + st.inputs.size());
+  const bool can_work = !st.inputs.empty() || (st.upstream_done && !st.op_drained);
+  if (!out.has_terminal() && can_work && out.free_slots() > 0) schedule_step(self);
+  out.rest(st.inputs.empty() && !st.upstream_done, held(st));
+}
+
+// An operator whose factory failed: it fails the stream at its first input or at the end.
+class failed_operator final : public stage_operator {
+ public:
+  explicit failed_operator(std::string why) : why_(std::move(why)) {}
+  expected<void> push(element, std::vector<element>&) override { return failure(); }
+  expected<void> finish(std::vector<element>&, std::size_t) override { return failure(); }
+
+ private:
+  error failure() const { return make_error(errc::invalid_argument, "operator factory " + why_); }
+  std::string why_;
+};
+
+std::unique_ptr<stage_operator> make_operator(const stage_spec& spec) {
+  std::string why;
+  try {
+    if (auto op = spec.make_op()) return op;
+    why = "made no operator";
+  } catch (const std::exception& ex) {
+    why = std::string{"threw: "} + ex.what();
+  } catch (...) {
+    why = "threw a non-standard exception";
+  }
+  return std::make_unique<failed_operator>(std::move(why));
 }
 
 caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor upstream,
                               std::shared_ptr<stage_metrics> metrics) {
   auto& st = self->state;
-  st.fn = std::move(spec.fn);
+  st.op = make_operator(spec);
   st.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
   st.in = flow::inbound{std::move(upstream)};
   st.in.attach(self);
@@ -132,6 +190,10 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
       },
       [self](step_atom) {
         self->state.step_pending = false;
+        run(self);
+      },
+      [self](tune_atom, uint64_t slots, uint64_t) {
+        if (slots) self->state.out->set_slots(static_cast<std::size_t>(slots));
         run(self);
       },
   };

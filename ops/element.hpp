@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,10 +17,28 @@ struct named_tensor {
   tensor value;
 };
 
+/// Where an element came from (a record of a file), so that a stage failing on it later (parsing,
+/// decoding) can name the file, record and byte offset. Shared file name: copying is cheap.
+struct element_origin {
+  std::shared_ptr<const std::string> file;
+  int64_t record = -1;  ///< 0-based record index in the file
+  int64_t offset = -1;  ///< byte offset of the record's start (in the uncompressed stream)
+
+  bool known() const noexcept { return file != nullptr; }
+  /// "file 'a.tfrecord', record 3 at byte offset 1234" (empty when unknown).
+  std::string to_string() const {
+    if (!file) return {};
+    return "file '" + *file + "', record " + std::to_string(record) + " at byte offset " +
+           std::to_string(offset);
+  }
+};
+
 /// What flows through a pipeline: a small ordered struct of named tensors, like a parsed
 /// tf.train.Example. Copying shares the tensors' storage.
 struct element {
   std::vector<named_tensor> fields;
+  /// Provenance for error messages; stays in this process (not sent to remote nodes).
+  element_origin origin;
 
   element() = default;
   element(std::initializer_list<named_tensor> init) : fields(init) {}
