@@ -1,0 +1,220 @@
+// Transformations that run other datasets inside a stage: repeat (one run per epoch), interleave
+// (one run per input element, several at once) and the in-memory cache that serves later epochs.
+
+#include <deque>
+
+#include "pipeline/node.hpp"
+
+namespace af::data {
+
+namespace {
+
+// These stages block on nested readers: their own thread keeps them off the shared scheduler.
+constexpr stage_options nested_stage{.slots = element_slots, .detached = true};
+
+struct repeat_node final : unary_node {
+  int64_t count;
+  repeat_node(std::shared_ptr<const node> in, int64_t c) : unary_node(std::move(in)), count(c) {}
+  std::string label() const override {
+    return count < 0 ? std::string{"repeat"} : "repeat(" + std::to_string(count) + ")";
+  }
+  pipeline build(const build_context& ctx) const override {
+    auto in = input;
+    const int64_t times = count;
+    return pipeline::from_source(
+        "repeat",
+        [in, times, ctx] {
+          struct pass_state {
+            int64_t epoch = 0;
+            uint64_t in_this_epoch = 0;
+            std::optional<element_stream> stream;
+          };
+          auto st = std::make_shared<pass_state>();
+          return generator_fn{[in, times, ctx, st]() -> expected<std::optional<element>> {
+            for (;;) {
+              if (!st->stream) {
+                if (times >= 0 && st->epoch >= times) return std::optional<element>{};
+                build_context pass = ctx;
+                pass.epoch = mix_seed(ctx.epoch, static_cast<uint64_t>(st->epoch));
+                st->stream.emplace(run_nested(*in, pass));
+                st->in_this_epoch = 0;
+                ++st->epoch;
+              }
+              auto next = st->stream->next();
+              if (!next) return next.error_value();
+              if (next->has_value()) {
+                ++st->in_this_epoch;
+                return next;
+              }
+              st->stream.reset();
+              // An empty pass would make repeat() spin forever: an empty input repeats to empty.
+              if (st->in_this_epoch == 0) return std::optional<element>{};
+            }
+          }};
+        },
+        nested_stage);
+  }
+  pipeline extend(pipeline up, const build_context&) const override { return up; }
+};
+
+struct interleave_node final : unary_node {
+  dataset_fn fn;
+  int64_t cycle_length, block_length, parallelism;
+  interleave_node(std::shared_ptr<const node> in, dataset_fn f, int64_t c, int64_t b, int64_t p)
+      : unary_node(std::move(in)), fn(std::move(f)), cycle_length(std::max<int64_t>(1, c)),
+        block_length(std::max<int64_t>(1, b)), parallelism(p) {}
+  std::string label() const override {
+    return "interleave(cycle " + std::to_string(cycle_length) + ", block " + std::to_string(block_length) + ")";
+  }
+  pipeline build(const build_context& ctx) const override {
+    auto in = input;
+    auto make = fn;
+    const auto cycle = static_cast<std::size_t>(cycle_length);
+    const auto block = block_length;
+    const auto open_ahead = static_cast<std::size_t>(
+        parallelism == autotune ? 1 : std::max<int64_t>(0, parallelism - cycle_length));
+    return pipeline::from_source(
+        "interleave",
+        [in, make, cycle, block, open_ahead, ctx] {
+          struct cycle_state {
+            std::optional<element_stream> outer;
+            bool outer_done = false;
+            std::vector<std::optional<element_stream>> slots;
+            std::deque<element_stream> ahead;  // children opened before the cycle needs them
+            std::size_t index = 0;
+            int64_t in_block = 0;
+          };
+          auto st = std::make_shared<cycle_state>();
+          st->slots.resize(cycle);
+          // Opens the child dataset of the next outer element; nullopt when the outer input ended.
+          auto open_next = [in, make, ctx, st]() -> expected<std::optional<element_stream>> {
+            if (st->outer_done) return std::optional<element_stream>{};
+            if (!st->outer) st->outer.emplace(run_nested(*in, ctx));
+            auto next = st->outer->next();
+            if (!next) return next.error_value();
+            if (!next->has_value()) {
+              st->outer_done = true;
+              return std::optional<element_stream>{};
+            }
+            auto child = call_user([&] { return make(**next); }, std::string{"interleave function"});
+            if (!child) return with_origin(child.error_value(), (*next)->origin);
+            return std::optional<element_stream>{run_nested(*child->root(), ctx)};
+          };
+          return generator_fn{[st, open_next, cycle, block, open_ahead]() -> expected<std::optional<element>> {
+            for (;;) {
+              while (st->ahead.size() < open_ahead && !st->outer_done) {
+                auto child = open_next();
+                if (!child) return child.error_value();
+                if (*child) st->ahead.push_back(std::move(**child));
+              }
+              auto& slot = st->slots[st->index];
+              if (slot) {
+                auto next = slot->next();
+                if (!next) return next.error_value();
+                if (next->has_value()) {
+                  if (++st->in_block >= block) {
+                    st->in_block = 0;
+                    st->index = (st->index + 1) % cycle;
+                  }
+                  return next;
+                }
+                slot.reset();  // this child is exhausted: move on, refill the slot when we return
+                st->in_block = 0;
+                st->index = (st->index + 1) % cycle;
+                continue;
+              }
+              if (!st->ahead.empty()) {
+                slot.emplace(std::move(st->ahead.front()));
+                st->ahead.pop_front();
+                continue;
+              }
+              if (!st->outer_done) {
+                auto child = open_next();
+                if (!child) return child.error_value();
+                if (*child) slot.emplace(std::move(**child));
+                continue;
+              }
+              bool any_open = false;
+              for (const auto& s : st->slots) any_open = any_open || s.has_value();
+              if (!any_open) return std::optional<element>{};
+              st->in_block = 0;
+              st->index = (st->index + 1) % cycle;
+            }
+          }};
+        },
+        nested_stage);
+  }
+  pipeline extend(pipeline up, const build_context&) const override { return up; }
+};
+
+// -- cache() in memory --------------------------------------------------------------------------
+
+// The elements of one complete pass, shared by later passes of the same iteration.
+struct memory_cache {
+  std::mutex mtx;
+  std::shared_ptr<const std::vector<element>> complete;
+};
+
+// Passes elements through, keeping a copy (tensors share storage: no payload copy); publishes the
+// copy only when upstream ended cleanly, so a pass cut short by take() or an error is not trusted.
+class cache_writer final : public stage_operator {
+ public:
+  explicit cache_writer(std::shared_ptr<memory_cache> cache) : cache_(std::move(cache)) {}
+  expected<void> push(element input, std::vector<element>& out) override {
+    kept_->push_back(input);
+    out.push_back(std::move(input));
+    return {};
+  }
+  expected<void> finish(std::vector<element>&, std::size_t) override {
+    if (kept_) {
+      std::lock_guard<std::mutex> guard{cache_->mtx};
+      if (!cache_->complete) cache_->complete = std::move(kept_);
+      kept_.reset();
+    }
+    return {};
+  }
+
+ private:
+  std::shared_ptr<memory_cache> cache_;
+  std::shared_ptr<std::vector<element>> kept_ = std::make_shared<std::vector<element>>();
+};
+
+struct memory_cache_node final : unary_node {
+  using unary_node::unary_node;
+  std::string label() const override { return "cache (memory)"; }
+  pipeline build(const build_context& ctx) const override {
+    std::shared_ptr<memory_cache> cache;
+    {
+      std::lock_guard<std::mutex> guard{ctx.state->mtx};
+      auto& slot = ctx.state->caches[this];
+      if (!slot) slot = std::make_shared<memory_cache>();
+      cache = std::static_pointer_cast<memory_cache>(slot);
+    }
+    std::shared_ptr<const std::vector<element>> ready;
+    {
+      std::lock_guard<std::mutex> guard{cache->mtx};
+      ready = cache->complete;
+    }
+    if (ready) {
+      return pipeline::from_source("cache (memory)", [ready] {
+        return generator_fn{[ready, i = std::size_t{0}]() mutable -> expected<std::optional<element>> {
+          if (i >= ready->size()) return std::optional<element>{};
+          return std::optional<element>{(*ready)[i++]};
+        }};
+      }, {.slots = element_slots});
+    }
+    return input->build(ctx).apply("cache (memory)", [cache] { return std::make_unique<cache_writer>(cache); },
+                                   {.slots = element_slots});
+  }
+  pipeline extend(pipeline up, const build_context&) const override { return up; }
+};
+
+}  // namespace
+
+dataset dataset::repeat(int64_t count) const { return dataset{std::make_shared<repeat_node>(root_, count)}; }
+dataset dataset::interleave(dataset_fn fn, int64_t cycle_length, int64_t block_length, int64_t parallelism) const {
+  return dataset{std::make_shared<interleave_node>(root_, std::move(fn), cycle_length, block_length, parallelism)};
+}
+dataset dataset::cache() const { return dataset{std::make_shared<memory_cache_node>(root_)}; }
+
+}  // namespace af::data

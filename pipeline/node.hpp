@@ -1,0 +1,96 @@
+#pragma once
+
+// Internals of dataset descriptions: each transformation is a node that knows how to append its
+// stage(s) to a pipeline. Included by pipeline/*.cpp only.
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/stage.hpp"
+#include "pipeline/dataset.hpp"
+
+namespace af::data {
+
+/// What one iteration of a dataset shares across its stages and its nested runs (repeat epochs,
+/// interleave children): error counters and caches being filled or served.
+struct iteration_state {
+  std::atomic<uint64_t> skipped{0};
+  std::mutex mtx;
+  std::string first_skipped;
+  std::map<const void*, std::shared_ptr<void>> caches;  // keyed by the cache node
+
+  /// Counts an error that ignore_errors() turned into a skip.
+  void skip(const error& err) {
+    if (skipped.fetch_add(1, std::memory_order_relaxed) == 0) {
+      std::lock_guard<std::mutex> guard{mtx};
+      first_skipped = err.message;
+    }
+  }
+};
+
+/// Output slots of a dataset stage: enough that one message carries several elements (amortising
+/// the hop between actors), few enough that a pipeline of small elements holds little memory.
+inline constexpr std::size_t element_slots = 16;
+/// Credit a nested reader (repeat epoch, interleave child, zip input) grants its pipeline.
+inline constexpr std::size_t nested_reader_slots = 32;
+
+/// Everything a node needs to build its stages.
+struct build_context {
+  runtime* rt = nullptr;
+  /// Which pass of the innermost repeat this is (reshuffling shuffles derive their seed from it).
+  uint64_t epoch = 0;
+  std::shared_ptr<iteration_state> state;
+  /// True below an ignore_errors(): failures skip the element or record instead of the stream.
+  bool skip_errors = false;
+};
+
+struct node {
+  virtual ~node() = default;
+  /// The stages of this node and everything upstream of it.
+  virtual pipeline build(const build_context& ctx) const = 0;
+  /// The node's label in to_dot().
+  virtual std::string label() const = 0;
+  /// Upstream nodes (none for sources; several for zip).
+  virtual std::vector<const node*> inputs() const { return {}; }
+};
+
+/// A node with one input that appends stages to the input's pipeline.
+struct unary_node : node {
+  explicit unary_node(std::shared_ptr<const node> in) : input(std::move(in)) {}
+  std::shared_ptr<const node> input;
+  pipeline build(const build_context& ctx) const override { return extend(input->build(ctx), ctx); }
+  virtual pipeline extend(pipeline upstream, const build_context& ctx) const = 0;
+  std::vector<const node*> inputs() const override { return {input.get()}; }
+};
+
+/// Calls user code, turning an exception into an error naming `what`.
+template <class F>
+auto call_user(F&& fn, const std::string& what) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& ex) {
+    return make_error(errc::invalid_argument, what + " threw: " + ex.what());
+  } catch (...) {
+    return make_error(errc::invalid_argument, what + " threw a non-standard exception");
+  }
+}
+
+/// `err` with the element's origin (file, record, offset) put in front when known.
+inline error with_origin(const error& err, const element_origin& origin) {
+  if (!origin.known()) return err;
+  return make_error(err.code, origin.to_string() + ": " + err.message);
+}
+
+/// Mixes a seed with an epoch number (splitmix64), so each pass shuffles differently.
+uint64_t mix_seed(uint64_t seed, uint64_t salt) noexcept;
+/// A seed from the operating system's entropy (unseeded shuffles).
+uint64_t random_seed();
+
+/// Runs a nested dataset to completion inside a stage (repeat epochs, interleave children, zip).
+element_stream run_nested(const node& n, const build_context& ctx);
+
+}  // namespace af::data

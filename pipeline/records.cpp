@@ -1,0 +1,151 @@
+// TFRecord sources and Example parsing for datasets.
+
+#include "pipeline/records.hpp"
+
+#include <mutex>
+
+#include "pipeline/node.hpp"
+#include "serialization/tfrecord.hpp"
+
+namespace af::data {
+
+namespace {
+
+record_compression codec_for(const std::string& path, compression codec) {
+  switch (codec) {
+    case compression::none: return record_compression::none;
+    case compression::gzip: return record_compression::gzip;
+    case compression::zlib: return record_compression::zlib;
+    case compression::by_extension: break;
+  }
+  return compression_from_path(path);
+}
+
+// Reads files one after another; every element carries its file, record index and offset.
+class tfrecord_generator {
+ public:
+  tfrecord_generator(std::vector<std::string> files, tfrecord_options options, bool skip_errors,
+                     std::shared_ptr<iteration_state> state)
+      : files_(std::move(files)), options_(options), skip_errors_(skip_errors), state_(std::move(state)) {}
+
+  expected<std::optional<element>> operator()() {
+    for (;;) {
+      if (!reader_) {
+        if (next_file_ >= files_.size()) return std::optional<element>{};
+        const std::string& path = files_[next_file_++];
+        file_ = std::make_shared<const std::string>(path);
+        auto opened = tfrecord_reader::open(
+            path, {.compression = codec_for(path, options_.codec), .verify_crc = options_.verify_crc});
+        if (!opened) {
+          if (!skip_errors_) return opened.error_value();
+          state_->skip(opened.error_value());
+          continue;
+        }
+        reader_.emplace(std::move(*opened));
+      }
+      auto record = reader_->next_view();
+      if (!record) {
+        // A reader is stuck after an error (a bad length or CRC loses the framing of what follows):
+        // under ignore_errors the rest of this file is skipped as one counted error.
+        reader_.reset();
+        if (!skip_errors_) return record.error_value();
+        state_->skip(record.error_value());
+        continue;
+      }
+      if (!record->has_value()) {
+        reader_.reset();
+        continue;
+      }
+      const auto& view = **record;
+      element e{{"record", bytes_tensor(std::string{view.data})}};
+      e.origin = {file_, static_cast<int64_t>(view.index), static_cast<int64_t>(view.offset)};
+      return std::optional<element>{std::move(e)};
+    }
+  }
+
+ private:
+  std::vector<std::string> files_;
+  tfrecord_options options_;
+  bool skip_errors_;
+  std::shared_ptr<iteration_state> state_;
+  std::size_t next_file_ = 0;
+  std::shared_ptr<const std::string> file_;
+  std::optional<tfrecord_reader> reader_;
+};
+
+struct tfrecord_node final : node {
+  std::vector<std::string> files;
+  tfrecord_options options;
+  tfrecord_node(std::vector<std::string> f, tfrecord_options o) : files(std::move(f)), options(o) {}
+  std::string label() const override {
+    if (files.size() == 1) return "tfrecord('" + files.front() + "')";
+    return "tfrecord(" + std::to_string(files.size()) + " files)";
+  }
+  pipeline build(const build_context& ctx) const override {
+    return pipeline::from_source(
+        "tfrecord",
+        [files = files, options = options, skip = ctx.skip_errors, state = ctx.state] {
+          auto gen = std::make_shared<tfrecord_generator>(files, options, skip, state);  // move-only reader
+          return generator_fn{[gen] { return (*gen)(); }};
+        },
+        {.slots = element_slots, .detached = true});  // file reads block: their own thread
+  }
+};
+
+// Parsers keep scratch space: one per concurrent caller, reused.
+class parser_pool {
+ public:
+  explicit parser_pool(example_parser prototype) : prototype_(std::move(prototype)) {}
+  expected<element> parse(std::string_view bytes) {
+    std::optional<example_parser> parser;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (!idle_.empty()) {
+        parser.emplace(std::move(idle_.back()));
+        idle_.pop_back();
+      }
+    }
+    if (!parser) parser.emplace(prototype_);
+    auto parsed = parser->parse(bytes);
+    std::lock_guard<std::mutex> guard{mtx_};
+    idle_.push_back(std::move(*parser));
+    return parsed;
+  }
+
+ private:
+  std::mutex mtx_;
+  example_parser prototype_;
+  std::vector<example_parser> idle_;
+};
+
+}  // namespace
+
+dataset dataset::from_tfrecord(std::vector<std::string> files, tfrecord_options options) {
+  return dataset{std::make_shared<tfrecord_node>(std::move(files), options)};
+}
+
+dataset dataset::from_tfrecord(const element& file_element, tfrecord_options options) {
+  auto name = field_as_string(file_element, "filename");
+  AF_ASSERT(name.has_value());  // interleave over list_files() always has it
+  return from_tfrecord(std::vector<std::string>{*name}, options);
+}
+
+map_fn parse_example_fn(feature_spec spec, std::string field) {
+  auto made = example_parser::make(std::move(spec));
+  if (!made) {
+    error why = made.error_value();
+    return [why](element) -> expected<element> { return why; };
+  }
+  auto pool = std::make_shared<parser_pool>(std::move(*made));
+  return [pool, field = std::move(field)](element e) -> expected<element> {
+    const tensor* raw = e.find(field);
+    if (!raw || raw->type() != dtype::u8 || raw->ndim() != 1 || !raw->is_contiguous())
+      return make_error(errc::invalid_argument, "parse_example: the element has no u8 field '" + field + "'");
+    auto parsed = pool->parse({static_cast<const char*>(raw->raw_data()), static_cast<std::size_t>(raw->numel())});
+    if (!parsed) return parsed.error_value();
+    parsed->origin = std::move(e.origin);
+    return parsed;
+  };
+}
+
+}  // namespace af::data

@@ -1,0 +1,181 @@
+// Dataset sources: range, from_tensor_slices, from_generator, list_files, zip.
+
+#include <glob.h>
+
+#include <algorithm>
+#include <random>
+
+#include "actors/runtime.hpp"
+#include "pipeline/node.hpp"
+
+namespace af::data {
+
+namespace {
+
+stage_options source_options() { return {.slots = element_slots, .detached = false}; }
+
+struct range_node final : node {
+  int64_t start, stop, step;
+  range_node(int64_t a, int64_t b, int64_t s) : start(a), stop(b), step(s) {}
+  std::string label() const override {
+    return "range(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) + ")";
+  }
+  pipeline build(const build_context&) const override {
+    const int64_t a = start, b = stop, s = step;
+    return pipeline::from_source(
+        "range",
+        [a, b, s] {
+          return generator_fn{[next = a, b, s]() mutable -> expected<std::optional<element>> {
+            if (s == 0) return make_error(errc::invalid_argument, "range: step must not be 0");
+            if ((s > 0 && next >= b) || (s < 0 && next <= b)) return std::optional<element>{};
+            element e{{"value", tensor::scalar<int64_t>(next)}};
+            next += s;
+            return std::optional<element>{std::move(e)};
+          }};
+        },
+        source_options());
+  }
+};
+
+struct slices_node final : node {
+  element columns;
+  explicit slices_node(element c) : columns(std::move(c)) {}
+  std::string label() const override {
+    std::string names;
+    for (const auto& f : columns.fields) names += (names.empty() ? "" : ", ") + f.name;
+    return "from_tensor_slices(" + names + ")";
+  }
+  pipeline build(const build_context&) const override {
+    return pipeline::from_source(
+        "from_tensor_slices",
+        [cols = columns] {
+          return generator_fn{[cols, row = int64_t{0}]() mutable -> expected<std::optional<element>> {
+            auto rows = leading_size(cols);
+            if (!rows) return make_error(rows.error_value().code, "from_tensor_slices: " + rows.error_value().message);
+            if (row >= *rows) return std::optional<element>{};
+            auto e = slice_row(cols, row++);
+            if (!e) return e.error_value();
+            return std::optional<element>{std::move(*e)};
+          }};
+        },
+        source_options());
+  }
+};
+
+struct generator_node final : node {
+  std::string name;
+  generator_factory make;
+  generator_node(std::string n, generator_factory m) : name(std::move(n)), make(std::move(m)) {}
+  std::string label() const override { return name; }
+  pipeline build(const build_context&) const override {
+    // Generators may block (files, sockets): their own thread keeps them off the scheduler.
+    return pipeline::from_source(name, make, {.slots = element_slots, .detached = true});
+  }
+};
+
+struct list_files_node final : node {
+  std::string pattern;
+  std::optional<uint64_t> seed;
+  list_files_node(std::string p, std::optional<uint64_t> s) : pattern(std::move(p)), seed(s) {}
+  std::string label() const override { return "list_files('" + pattern + "')"; }
+  pipeline build(const build_context& ctx) const override {
+    const std::string pat = pattern;
+    const auto order_seed = seed ? std::optional<uint64_t>{mix_seed(*seed, ctx.epoch)} : std::nullopt;
+    return pipeline::from_source(
+        "list_files",
+        [pat, order_seed] {
+          auto files = std::make_shared<std::vector<std::string>>();
+          auto listed = std::make_shared<bool>(false);
+          return generator_fn{[pat, order_seed, files, listed, i = std::size_t{0}]() mutable
+                              -> expected<std::optional<element>> {
+            if (!*listed) {
+              *listed = true;
+              glob_t found{};
+              const int rc = ::glob(pat.c_str(), 0, nullptr, &found);
+              for (std::size_t k = 0; rc == 0 && k < found.gl_pathc; ++k) files->emplace_back(found.gl_pathv[k]);
+              ::globfree(&found);
+              if (files->empty())
+                return make_error(errc::io_error, "list_files: no file matches '" + pat + "'");
+              std::sort(files->begin(), files->end());
+              if (order_seed) std::shuffle(files->begin(), files->end(), std::mt19937_64{*order_seed});
+            }
+            if (i >= files->size()) return std::optional<element>{};
+            return std::optional<element>{element{{"filename", bytes_tensor((*files)[i++])}}};
+          }};
+        },
+        source_options());
+  }
+};
+
+struct zip_node final : node {
+  std::vector<std::shared_ptr<const node>> parts;
+  explicit zip_node(std::vector<std::shared_ptr<const node>> p) : parts(std::move(p)) {}
+  std::string label() const override { return "zip"; }
+  std::vector<const node*> inputs() const override {
+    std::vector<const node*> out;
+    for (const auto& p : parts) out.push_back(p.get());
+    return out;
+  }
+  pipeline build(const build_context& ctx) const override {
+    auto parts_copy = parts;
+    return pipeline::from_source(
+        "zip",
+        [parts_copy, ctx] {
+          auto streams = std::make_shared<std::vector<element_stream>>();
+          return generator_fn{[parts_copy, ctx, streams]() -> expected<std::optional<element>> {
+            if (parts_copy.empty()) return make_error(errc::invalid_argument, "zip of no datasets");
+            if (streams->empty())
+              for (const auto& p : parts_copy) streams->push_back(run_nested(*p, ctx));
+            std::vector<element> row;
+            for (auto& s : *streams) {
+              auto next = s.next();
+              if (!next) return next.error_value();
+              if (!next->has_value()) return std::optional<element>{};  // the shortest input ended
+              row.push_back(std::move(**next));
+            }
+            auto merged = merge_fields(std::move(row));
+            if (!merged) return merged.error_value();
+            return std::optional<element>{std::move(*merged)};
+          }};
+        },
+        {.slots = element_slots, .detached = true});  // blocks on its inputs' readers
+  }
+};
+
+}  // namespace
+
+uint64_t mix_seed(uint64_t seed, uint64_t salt) noexcept {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (salt + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t random_seed() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+element_stream run_nested(const node& n, const build_context& ctx) {
+  return af::iterate(*ctx.rt, n.build(ctx), {.slots = nested_reader_slots, .name = "nested reader"});
+}
+
+dataset dataset::range(int64_t start, int64_t stop, int64_t step) {
+  return dataset{std::make_shared<range_node>(start, stop, step)};
+}
+dataset dataset::from_tensor_slices(element columns) {
+  return dataset{std::make_shared<slices_node>(std::move(columns))};
+}
+dataset dataset::from_generator(std::string name, generator_factory make) {
+  return dataset{std::make_shared<generator_node>(std::move(name), std::move(make))};
+}
+dataset dataset::list_files(std::string pattern, std::optional<uint64_t> shuffle_seed) {
+  return dataset{std::make_shared<list_files_node>(std::move(pattern), shuffle_seed)};
+}
+dataset dataset::zip(std::vector<dataset> inputs) {
+  std::vector<std::shared_ptr<const node>> parts;
+  for (auto& d : inputs) parts.push_back(d.root());
+  return dataset{std::make_shared<zip_node>(std::move(parts))};
+}
+
+}  // namespace af::data

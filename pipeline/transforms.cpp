@@ -1,0 +1,367 @@
+// Element-wise and windowed transformations: map, filter, shuffle, batch, padded_batch, unbatch,
+// prefetch, take, skip, shard, enumerate, ignore_errors. Each is one stage actor.
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include "pipeline/node.hpp"
+
+namespace af::data {
+
+namespace {
+
+// A stage operator built from a lambda over (input, outputs).
+template <class F>
+class lambda_operator final : public stage_operator {
+ public:
+  explicit lambda_operator(F fn) : fn_(std::move(fn)) {}
+  expected<void> push(element input, std::vector<element>& out) override { return fn_(std::move(input), out); }
+
+ private:
+  F fn_;
+};
+
+template <class F>
+operator_factory stateless(F fn) {
+  return [fn] { return std::make_unique<lambda_operator<F>>(fn); };
+}
+
+// -- map and filter -----------------------------------------------------------------------------
+
+// Applies `fn`; an error names the element's origin, or becomes a counted skip below ignore_errors.
+transform_fn guarded_map(map_fn fn, std::string name, const build_context& ctx) {
+  return [fn = std::move(fn), name = std::move(name), skip = ctx.skip_errors,
+          state = ctx.state](element input) -> expected<std::vector<element>> {
+    element_origin origin = input.origin;
+    auto made = call_user([&] { return fn(std::move(input)); }, name + " function");
+    if (!made) {
+      const error err = with_origin(made.error_value(), origin);
+      if (!skip) return err;
+      state->skip(err);
+      return std::vector<element>{};
+    }
+    if (!made->origin.known()) made->origin = std::move(origin);
+    std::vector<element> out;
+    out.push_back(std::move(*made));
+    return out;
+  };
+}
+
+struct map_node final : unary_node {
+  map_fn fn;
+  int64_t parallelism;
+  bool deterministic;
+  std::string name;
+  map_node(std::shared_ptr<const node> in, map_fn f, int64_t p, bool d, std::string n)
+      : unary_node(std::move(in)), fn(std::move(f)), parallelism(p), deterministic(d), name(std::move(n)) {}
+  std::string label() const override {
+    if (parallelism == 1) return name;
+    return name + " (parallelism " + (parallelism == autotune ? std::string{"autotune"} : std::to_string(parallelism)) +
+           (deterministic ? ")" : ", unordered)");
+  }
+  // Consecutive maps with the same parallelism and ordering run as one stage (map fusion): one
+  // hop between actors per element instead of one per map.
+  pipeline build(const build_context& ctx) const override {
+    std::vector<const map_node*> chain{this};
+    const node* up = input.get();
+    for (auto* m = dynamic_cast<const map_node*>(up); m && m->parallelism == parallelism && m->deterministic == deterministic;
+         m = dynamic_cast<const map_node*>(up)) {
+      chain.push_back(m);
+      up = m->input.get();
+    }
+    std::reverse(chain.begin(), chain.end());
+    std::vector<transform_fn> steps;
+    std::string stage = chain.front()->name;
+    for (const map_node* m : chain) {
+      steps.push_back(guarded_map(m->fn, m->name, ctx));
+      if (m != chain.front()) stage += "+" + m->name;
+    }
+    transform_fn body = steps.size() == 1 ? steps.front() : transform_fn{[steps](element e) -> expected<std::vector<element>> {
+      std::vector<element> current;
+      current.push_back(std::move(e));
+      for (const auto& step : steps) {
+        if (current.empty()) break;  // skipped under ignore_errors
+        auto next = step(std::move(current.front()));
+        if (!next) return next;
+        current = std::move(*next);
+      }
+      return current;
+    }};
+    pipeline upstream = up->build(ctx);
+    if (parallelism == 1) return upstream.transform(stage, std::move(body), {.slots = element_slots});
+    const std::size_t workers = parallelism == autotune ? std::max(2u, std::thread::hardware_concurrency())
+                                                        : static_cast<std::size_t>(std::max<int64_t>(1, parallelism));
+    return upstream.parallel_map(stage, std::move(body),
+                                 {.parallelism = workers, .deterministic = deterministic,
+                                  .slots = std::max(element_slots, 4 * workers)});
+  }
+  pipeline extend(pipeline up, const build_context&) const override { return up; }
+};
+
+struct filter_node final : unary_node {
+  predicate_fn keep;
+  std::string name;
+  filter_node(std::shared_ptr<const node> in, predicate_fn k, std::string n)
+      : unary_node(std::move(in)), keep(std::move(k)), name(std::move(n)) {}
+  std::string label() const override { return name; }
+  pipeline extend(pipeline up, const build_context& ctx) const override {
+    return up.transform(name, [keep = keep, name = name, skip = ctx.skip_errors,
+                               state = ctx.state](element input) -> expected<std::vector<element>> {
+      auto kept = call_user([&] { return keep(input); }, name + " predicate");
+      std::vector<element> out;
+      if (!kept) {
+        const error err = with_origin(kept.error_value(), input.origin);
+        if (!skip) return err;
+        state->skip(err);
+      } else if (*kept) {
+        out.push_back(std::move(input));
+      }
+      return out;
+    }, {.slots = element_slots});
+  }
+};
+
+// -- shuffle ------------------------------------------------------------------------------------
+
+class shuffle_operator final : public stage_operator {
+ public:
+  shuffle_operator(std::size_t capacity, uint64_t seed) : capacity_(std::max<std::size_t>(1, capacity)), rng_(seed) {
+    buffer_.reserve(std::min<std::size_t>(capacity_, 1 << 16));
+  }
+  expected<void> push(element input, std::vector<element>& out) override {
+    if (buffer_.size() < capacity_) {
+      buffer_.push_back(std::move(input));
+      return {};
+    }
+    // Full: a uniformly chosen element leaves and the new one takes its place.
+    const std::size_t pick = pick_index();
+    out.push_back(std::move(buffer_[pick]));
+    buffer_[pick] = std::move(input);
+    return {};
+  }
+  expected<void> finish(std::vector<element>& out, std::size_t room) override {
+    for (std::size_t k = 0; k < std::max<std::size_t>(1, room) && !buffer_.empty(); ++k) {
+      const std::size_t pick = pick_index();
+      out.push_back(std::move(buffer_[pick]));
+      buffer_[pick] = std::move(buffer_.back());
+      buffer_.pop_back();
+    }
+    return {};
+  }
+  std::size_t held() const noexcept override { return buffer_.size(); }
+
+ private:
+  std::size_t pick_index() { return std::uniform_int_distribution<std::size_t>{0, buffer_.size() - 1}(rng_); }
+  std::size_t capacity_;
+  std::mt19937_64 rng_;
+  std::vector<element> buffer_;
+};
+
+struct shuffle_node final : unary_node {
+  std::size_t buffer;
+  std::optional<uint64_t> seed;
+  bool reshuffle;
+  shuffle_node(std::shared_ptr<const node> in, std::size_t b, std::optional<uint64_t> s, bool r)
+      : unary_node(std::move(in)), buffer(b), seed(s), reshuffle(r) {}
+  std::string label() const override { return "shuffle(" + std::to_string(buffer) + ")"; }
+  pipeline extend(pipeline up, const build_context& ctx) const override {
+    uint64_t effective = seed ? (reshuffle ? mix_seed(*seed, ctx.epoch) : *seed) : random_seed();
+    const std::size_t size = buffer;
+    return up.apply("shuffle", [size, effective] { return std::make_unique<shuffle_operator>(size, effective); },
+                    {.slots = element_slots});
+  }
+};
+
+// -- batch, padded_batch, unbatch ----------------------------------------------------------------
+
+class batch_operator final : public stage_operator {
+ public:
+  batch_operator(std::size_t size, bool drop_remainder, std::optional<padded_shapes> padding, double pad_value)
+      : size_(std::max<std::size_t>(1, size)), drop_remainder_(drop_remainder), padding_(std::move(padding)),
+        pad_value_(pad_value) {
+    pending_.reserve(size_);
+  }
+  expected<void> push(element input, std::vector<element>& out) override {
+    pending_.push_back(std::move(input));
+    if (pending_.size() < size_) return {};
+    return emit(out);
+  }
+  expected<void> finish(std::vector<element>& out, std::size_t) override {
+    if (pending_.empty()) return {};
+    if (drop_remainder_) {
+      pending_.clear();
+      return {};
+    }
+    return emit(out);
+  }
+  std::size_t held() const noexcept override { return pending_.size(); }
+
+ private:
+  expected<void> emit(std::vector<element>& out) {
+    auto made = padding_ ? pad_and_stack(pending_, *padding_, pad_value_) : stack_elements(pending_);
+    const element_origin origin = pending_.front().origin;
+    pending_.clear();
+    if (!made) return with_origin(made.error_value(), origin);
+    out.push_back(std::move(*made));
+    return {};
+  }
+  std::size_t size_;
+  bool drop_remainder_;
+  std::optional<padded_shapes> padding_;
+  double pad_value_;
+  std::vector<element> pending_;
+};
+
+struct batch_node final : unary_node {
+  std::size_t size;
+  bool drop_remainder;
+  std::optional<padded_shapes> padding;
+  double pad_value;
+  batch_node(std::shared_ptr<const node> in, std::size_t n, bool drop, std::optional<padded_shapes> pad, double v)
+      : unary_node(std::move(in)), size(n), drop_remainder(drop), padding(std::move(pad)), pad_value(v) {}
+  std::string label() const override {
+    return std::string{padding ? "padded_batch(" : "batch("} + std::to_string(size) +
+           (drop_remainder ? ", drop_remainder)" : ")");
+  }
+  pipeline extend(pipeline up, const build_context&) const override {
+    return up.apply(padding ? "padded_batch" : "batch", [n = size, d = drop_remainder, p = padding, v = pad_value] {
+      return std::make_unique<batch_operator>(n, d, p, v);
+    }, {.slots = element_slots});
+  }
+};
+
+struct unbatch_node final : unary_node {
+  using unary_node::unary_node;
+  std::string label() const override { return "unbatch"; }
+  pipeline extend(pipeline up, const build_context&) const override {
+    return up.transform("unbatch", [](element batch) -> expected<std::vector<element>> {
+      auto rows = unbatch_element(batch);
+      if (!rows) return with_origin(rows.error_value(), batch.origin);
+      return rows;
+    }, {.slots = element_slots});
+  }
+};
+
+// -- prefetch, take, skip, shard, enumerate -------------------------------------------------------
+
+struct prefetch_node final : unary_node {
+  int64_t buffer;
+  prefetch_node(std::shared_ptr<const node> in, int64_t b) : unary_node(std::move(in)), buffer(b) {}
+  std::string label() const override {
+    return "prefetch(" + (buffer == autotune ? std::string{"autotune"} : std::to_string(buffer)) + ")";
+  }
+  pipeline extend(pipeline up, const build_context&) const override {
+    const std::size_t slots = buffer == autotune ? 2 : static_cast<std::size_t>(std::max<int64_t>(1, buffer));
+    return up.transform(
+        "prefetch",
+        [](element e) -> expected<std::vector<element>> {
+          std::vector<element> out;
+          out.push_back(std::move(e));
+          return out;
+        },
+        {.slots = slots});
+  }
+};
+
+// Keeps elements whose position passes `keep(position)`; stops upstream once `done(position)`.
+class counting_operator final : public stage_operator {
+ public:
+  counting_operator(int64_t limit_take, int64_t skip_first, int64_t shards, int64_t shard_index)
+      : take_(limit_take), skip_(skip_first), shards_(shards), index_(shard_index) {}
+  expected<void> push(element input, std::vector<element>& out) override {
+    const int64_t pos = seen_++;
+    if (pos < skip_) return {};
+    if (shards_ > 1 && (pos - skip_) % shards_ != index_) return {};
+    if (take_ >= 0 && kept_ >= take_) return {};
+    ++kept_;
+    out.push_back(std::move(input));
+    return {};
+  }
+  bool satisfied() const noexcept override { return take_ >= 0 && kept_ >= take_; }
+
+ private:
+  int64_t take_, skip_, shards_, index_;
+  int64_t seen_ = 0;
+  int64_t kept_ = 0;
+};
+
+struct counting_node final : unary_node {
+  std::string name;
+  int64_t take, skip, shards, index;
+  counting_node(std::shared_ptr<const node> in, std::string n, int64_t t, int64_t s, int64_t k, int64_t i)
+      : unary_node(std::move(in)), name(std::move(n)), take(t), skip(s), shards(k), index(i) {}
+  std::string label() const override { return name; }
+  pipeline extend(pipeline up, const build_context&) const override {
+    const std::string stage = name.substr(0, name.find('('));
+    return up.apply(stage, [t = take, s = skip, k = shards, i = index] {
+      return std::make_unique<counting_operator>(t, s, k, i);
+    }, {.slots = element_slots});
+  }
+};
+
+struct enumerate_node final : unary_node {
+  int64_t start;
+  std::string field;
+  enumerate_node(std::shared_ptr<const node> in, int64_t s, std::string f)
+      : unary_node(std::move(in)), start(s), field(std::move(f)) {}
+  std::string label() const override { return "enumerate"; }
+  pipeline extend(pipeline up, const build_context&) const override {
+    return up.apply("enumerate", [s = start, f = field] {
+      auto fn = [next = s, f](element e, std::vector<element>& out) mutable -> expected<void> {
+        e.set(f, tensor::scalar<int64_t>(next++));
+        out.push_back(std::move(e));
+        return {};
+      };
+      return std::make_unique<lambda_operator<decltype(fn)>>(std::move(fn));
+    }, {.slots = element_slots});
+  }
+};
+
+struct ignore_errors_node final : unary_node {
+  using unary_node::unary_node;
+  std::string label() const override { return "ignore_errors"; }
+  pipeline build(const build_context& ctx) const override {
+    build_context lenient = ctx;
+    lenient.skip_errors = true;
+    return input->build(lenient);
+  }
+  pipeline extend(pipeline up, const build_context&) const override { return up; }
+};
+
+}  // namespace
+
+dataset dataset::map(map_fn fn, int64_t parallelism, bool deterministic, std::string name) const {
+  return dataset{std::make_shared<map_node>(root_, std::move(fn), parallelism, deterministic, std::move(name))};
+}
+dataset dataset::filter(predicate_fn keep, std::string name) const {
+  return dataset{std::make_shared<filter_node>(root_, std::move(keep), std::move(name))};
+}
+dataset dataset::shuffle(std::size_t buffer, std::optional<uint64_t> seed, bool reshuffle_each_iteration) const {
+  return dataset{std::make_shared<shuffle_node>(root_, buffer, seed, reshuffle_each_iteration)};
+}
+dataset dataset::batch(std::size_t size, bool drop_remainder) const {
+  return dataset{std::make_shared<batch_node>(root_, size, drop_remainder, std::nullopt, 0.0)};
+}
+dataset dataset::padded_batch(std::size_t size, padded_shapes shapes, double padding_value, bool drop_remainder) const {
+  return dataset{std::make_shared<batch_node>(root_, size, drop_remainder, std::move(shapes), padding_value)};
+}
+dataset dataset::unbatch() const { return dataset{std::make_shared<unbatch_node>(root_)}; }
+dataset dataset::prefetch(int64_t buffer) const { return dataset{std::make_shared<prefetch_node>(root_, buffer)}; }
+dataset dataset::take(int64_t count) const {
+  return dataset{std::make_shared<counting_node>(root_, "take(" + std::to_string(count) + ")", count, 0, 1, 0)};
+}
+dataset dataset::skip(int64_t count) const {
+  return dataset{std::make_shared<counting_node>(root_, "skip(" + std::to_string(count) + ")", -1, count, 1, 0)};
+}
+dataset dataset::shard(int64_t num_shards, int64_t index) const {
+  AF_ASSERT(num_shards >= 1 && index >= 0 && index < num_shards);
+  return dataset{std::make_shared<counting_node>(
+      root_, "shard(" + std::to_string(num_shards) + ", " + std::to_string(index) + ")", -1, 0, num_shards, index)};
+}
+dataset dataset::enumerate(int64_t start, std::string field) const {
+  return dataset{std::make_shared<enumerate_node>(root_, start, std::move(field))};
+}
+dataset dataset::ignore_errors() const { return dataset{std::make_shared<ignore_errors_node>(root_)}; }
+
+}  // namespace af::data
