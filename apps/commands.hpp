@@ -7,5 +7,6 @@ namespace af::apps {
 
 int run_info(int argc, char** argv);
 int run_demo(int argc, char** argv);
+int run_records(int argc, char** argv);
 
 }  // namespace af::apps

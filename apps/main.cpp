@@ -20,11 +20,12 @@ const command commands[] = {
      af::apps::run_demo},
     {"node", "exchange tensors between two processes: node receive PORT | node send HOST PORT",
      af::apps::run_node},
+    {"records", "look into TFRecord files: records cat|verify|count FILE...", af::apps::run_records},
 };
 
 int usage(FILE* out) {
   std::fprintf(out, "usage: actorflow <command> [args]\n\ncommands:\n");
-  for (const auto& c : commands) std::fprintf(out, "  %-6s %s\n", c.name, c.summary);
+  for (const auto& c : commands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
   return out == stderr ? 2 : 0;
 }
 
