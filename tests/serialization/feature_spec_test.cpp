@@ -197,3 +197,81 @@ TEST_CASE("a batch of Examples stacks fixed features and lines up var_len ones",
   REQUIRE(none.has_value());
   CHECK(none->find("image")->shape() == af::shape{0, 32, 32, 3});
 }
+
+// Hidden (run with: test_serialization "[.bench]"): read+parse throughput of CIFAR-like records,
+// 32x32x3 u8 image + int64 label, from an uncompressed TFRecord file in the page cache.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "serialization/tfrecord.hpp"
+
+TEST_CASE("read and parse throughput of 32x32x3 image Examples", "[.bench]") {
+  const auto path = (std::filesystem::temp_directory_path() / ("af_bench_" + std::to_string(::getpid()) + ".tfrecord")).string();
+  const int records = 200000;
+  {
+    auto w = af::tfrecord_writer::open(path);
+    REQUIRE(w.has_value());
+    example ex;
+    for (int i = 0; i < records; ++i) {
+      ex.features["image"] = feature::bytes({std::string(32 * 32 * 3, static_cast<char>(i))});
+      ex.features["label"] = feature::int64s({i % 10});
+      REQUIRE(w->write(af::encode_example(ex)).has_value());
+    }
+    REQUIRE(w->close().has_value());
+  }
+  af::feature_spec spec{{"image", af::fixed_len(dtype::u8, {32, 32, 3})}, {"label", af::fixed_len(dtype::i64, {})}};
+  auto parser = af::example_parser::make(spec);
+  REQUIRE(parser.has_value());
+  auto rate = [&](const char* what, auto&& body) {
+    for (int round = 0; round < 3; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      int64_t n = body();
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%-44s %8.0f records/s (%.1f MB/s)\n", what, static_cast<double>(n) / s,
+                  static_cast<double>(std::filesystem::file_size(path)) / s / 1e6);
+      CHECK(n == records);
+    }
+  };
+  rate("read only (next_view, CRC checked)", [&] {
+    auto r = af::tfrecord_reader::open(path);
+    int64_t n = 0;
+    while (auto v = r->next_view()) {
+      if (!*v) break;
+      ++n;
+    }
+    return n;
+  });
+  rate("read + parse one element per record", [&] {
+    auto r = af::tfrecord_reader::open(path);
+    int64_t n = 0;
+    while (auto v = r->next_view()) {
+      if (!*v) break;
+      auto el = parser->parse((*v)->data);
+      REQUIRE(el.has_value());
+      ++n;
+    }
+    return n;
+  });
+  rate("read + parse batches of 256", [&] {
+    auto r = af::tfrecord_reader::open(path);
+    std::vector<af::tfrecord_record> batch(256);
+    std::vector<std::string_view> views;
+    int64_t n = 0;
+    for (;;) {
+      views.clear();
+      for (auto& rec : batch) {
+        if (!*r->next(rec)) break;
+        views.push_back(rec.data);
+      }
+      if (views.empty()) break;
+      auto el = parser->parse_batch(views);
+      REQUIRE(el.has_value());
+      n += static_cast<int64_t>(views.size());
+    }
+    return n;
+  });
+  std::filesystem::remove(path);
+}

@@ -132,6 +132,9 @@ TEST_CASE("crc32c extends over concatenated pieces and the table path agrees wit
     for (std::size_t n = 0; n <= 64; ++n)
       REQUIRE(af::crc32c(data.data() + start, n) == af::crc32c_portable(data.data() + start, n));
   CHECK(af::crc32c_portable(data.data(), data.size()) == whole);
+  // Around the fast path's three-block (768-byte) interleave boundaries.
+  for (std::size_t n : {767, 768, 769, 1535, 1536, 1543, 2311, 3200, 4096})
+    REQUIRE(af::crc32c(data.data() + 3, n, 0x1234u) == af::crc32c_portable(data.data() + 3, n, 0x1234u));
 }
 
 TEST_CASE("masked crc32c follows TensorFlow's rotate-and-add formula", "[cpu]") {
