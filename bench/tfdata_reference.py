@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""tf.data reference for bench/bench_pipeline.cpp: the same input pipeline, in TensorFlow.
+
+bench_pipeline writes TFRecord files of tf.train.Example records (feature "image": one bytes value
+of 32*32*3 uint8, "label": one int64) and times, in actorflow,
+
+  list_files -> interleave(TFRecordDataset, cycle_length=T, block_length=16)
+  -> map(parse, T) -> map(decode: float32 / 255, random left-right flip, T)
+  -> shuffle(10000, seed 7) -> batch(256) -> prefetch(4)
+
+This script times that pipeline in tf.data on the same files, so the two elements/s figures can be
+compared on one machine and thread count:
+
+  build/bench/bench_pipeline --quick --threads 2 --dir /tmp/tfref_data   # writes and keeps the files
+  python bench/tfdata_reference.py --quick --threads 2 --dir /tmp/tfref_data
+  python bench/tfdata_reference.py --quick --threads 2 --dir /tmp/tfref_data --autotune
+
+Without the C++ binary, `--make-files` writes the files first, byte-identical to bench_pipeline's
+(50000 records in 8 files from the same mt19937(1) stream; --records/--files as in bench_pipeline).
+
+tf.data at its strongest: inter-/intra-op pools and a private thread pool of T threads, default
+graph optimizations (map fusion etc.), a parallel interleave (actorflow's reads its files
+concurrently too). Order is deterministic, as in bench_pipeline (deterministic=True on the
+maps and in the options). --autotune uses tf.data.AUTOTUNE for every num_parallel_calls and for the
+prefetch instead of T and 4. After a warm-up pass, full passes are timed two ways, alternating:
+iterating in Python (`for batch in ds`) and in-graph with `ds.reduce`; elements_per_s is the faster
+median. The last line printed is a JSON object.
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+
+SIDE, CHANNELS, SHUFFLE, BATCH = 32, 3, 10000, 256
+
+
+def make_files(tf, directory, records, files):
+    """Writes `records` Examples round-robin into `files` files, as bench_pipeline does."""
+    import numpy as np
+    os.makedirs(directory, exist_ok=True)
+    # RandomState(int) seeds MT19937 like std::mt19937{1}; random_raw gives its 32-bit outputs.
+    rng = np.random.RandomState(1)._bit_generator
+    writers = [tf.io.TFRecordWriter(os.path.join(directory, f"train-{f}.tfrecord")) for f in range(files)]
+    for r in range(records):
+        raw = rng.random_raw(SIDE * SIDE * CHANNELS + 1)
+        image = (raw[:-1] & 0xFF).astype(np.uint8).tobytes()
+        ex = tf.train.Example(features=tf.train.Features(feature={
+            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(raw[-1] % 10)]))}))
+        writers[r % files].write(ex.SerializeToString())
+    for w in writers:
+        w.close()
+
+
+def build(tf, pattern, threads, autotune):
+    par = tf.data.AUTOTUNE if autotune else threads
+    spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):
+        f = tf.io.parse_single_example(record, spec)
+        image = tf.reshape(tf.io.decode_raw(f["image"], tf.uint8), [SIDE, SIDE, CHANNELS])
+        return {"image": image, "label": f["label"]}
+
+    def decode(e):
+        image = tf.cast(e["image"], tf.float32) * (1.0 / 255.0)
+        return {"image": tf.image.random_flip_left_right(image), "label": e["label"]}
+
+    ds = (tf.data.Dataset.list_files(pattern, shuffle=False)
+          .interleave(tf.data.TFRecordDataset, cycle_length=threads, block_length=16,
+                      num_parallel_calls=par, deterministic=True)
+          .map(parse, num_parallel_calls=par, deterministic=True)
+          .map(decode, num_parallel_calls=par, deterministic=True)
+          .shuffle(SHUFFLE, seed=7)
+          .batch(BATCH)
+          .prefetch(tf.data.AUTOTUNE if autotune else 4))
+    options = tf.data.Options()
+    options.deterministic = True
+    options.threading.private_threadpool_size = threads
+    return ds.with_options(options)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dir", required=True, help="directory holding train-*.tfrecord")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="3 reps")
+    p.add_argument("--autotune", action="store_true", help="tf.data.AUTOTUNE instead of explicit numbers")
+    p.add_argument("--make-files", action="store_true", help="write the files into --dir first")
+    p.add_argument("--records", type=int, default=50000, help="with --make-files")
+    p.add_argument("--files", type=int, default=8, help="with --make-files")
+    args = p.parse_args()
+    reps = 3 if args.quick else args.reps
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except ImportError:
+        print("tfdata_reference: skipping, tensorflow is not installed (pip install tensorflow-cpu)")
+        return 0
+    # Must precede any op: TF fixes its pools on first use.
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+
+    if args.make_files:
+        print(f"writing {args.records} Examples into {args.files} files under {args.dir}", flush=True)
+        make_files(tf, args.dir, args.records, args.files)
+    pattern = os.path.join(args.dir, "train-*.tfrecord")
+    if not glob.glob(pattern):
+        sys.exit(f"tfdata_reference: no {pattern}; run build/bench/bench_pipeline --dir {args.dir} "
+                 "or add --make-files")
+    ds = build(tf, pattern, args.threads, args.autotune)
+
+    def python_loop():
+        n = 0
+        for batch in ds:
+            n += batch["label"].shape[0]
+        return n
+
+    def graph_loop():
+        return int(ds.reduce(tf.constant(0, tf.int64),
+                             lambda n, b: n + tf.shape(b["label"], out_type=tf.int64)[0]))
+
+    records = python_loop()  # warm-up (page cache, tracing, thread pools) of both loops
+    if graph_loop() != records:
+        sys.exit("tfdata_reference: the two loops saw different record counts")
+    times = {python_loop: [], graph_loop: []}
+    for _ in range(reps):
+        for loop, ts in times.items():  # alternate so machine noise hits both alike
+            start = time.perf_counter()
+            seen = loop()
+            ts.append(time.perf_counter() - start)
+            if seen != records:
+                sys.exit(f"tfdata_reference: saw {seen} of {records} records")
+    py_rate = records / statistics.median(times[python_loop])
+    graph_rate = records / statistics.median(times[graph_loop])
+    mode = "autotune" if args.autotune else "explicit"
+    print(f"tf.data ({mode}): python loop {py_rate:.0f} elements/s, graph loop {graph_rate:.0f} elements/s "
+          f"on {args.threads} threads (median of {reps})")
+    print(json.dumps({"bench": "tfdata_reference", "tensorflow": tf.__version__, "threads": args.threads,
+                      "records": records, "mode": mode, "deterministic": True, "reps": reps,
+                      "elements_per_s": round(max(py_rate, graph_rate), 1),
+                      "elements_per_s_python_loop": round(py_rate, 1),
+                      "elements_per_s_graph_loop": round(graph_rate, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
