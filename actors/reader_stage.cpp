@@ -144,6 +144,10 @@ void element_stream::cancel() {
 }
 
 std::vector<stage_counters> element_stream::counters() const { return impl_->topo.counters(); }
+void element_stream::set_slots(std::size_t stage, std::size_t slots) { impl_->topo.set_slots(stage, slots); }
+void element_stream::set_parallelism(std::size_t stage, std::size_t workers) {
+  impl_->topo.set_parallelism(stage, workers);
+}
 
 element_stream iterate(runtime& rt, const pipeline& p, sink_options options) {
   auto state = std::make_unique<element_stream::impl>(options.name, std::max<std::size_t>(1, options.slots));

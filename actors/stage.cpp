@@ -158,14 +158,16 @@ std::vector<stage_counters> topology::counters() const {
 
 std::size_t topology::stage_count() const { return impl_ ? impl_->metrics.size() : 0; }
 
+// The tuning calls read only what launch wrote (never `down`): an autotuner thread may call them
+// while the reader thread shuts the topology down; a message to a finished stage is dropped.
 void topology::set_slots(std::size_t stage, std::size_t slots) {
-  if (!impl_ || impl_->down || stage >= impl_->stage_actors.size()) return;
+  if (!impl_ || stage >= impl_->stage_actors.size()) return;
   caf::anon_send(impl_->stage_actors[stage], detail::tune_atom::value,
                  static_cast<uint64_t>(std::max<std::size_t>(1, slots)), uint64_t{0});
 }
 
 void topology::set_parallelism(std::size_t stage, std::size_t workers) {
-  if (!impl_ || impl_->down || stage >= impl_->stage_actors.size()) return;
+  if (!impl_ || stage >= impl_->stage_actors.size()) return;
   caf::anon_send(impl_->stage_actors[stage], detail::tune_atom::value, uint64_t{0},
                  static_cast<uint64_t>(std::max<std::size_t>(1, workers)));
 }

@@ -132,7 +132,8 @@ class topology {
   /// Number of stages counters() reports (external sources excluded).
   std::size_t stage_count() const;
   /// Changes a running stage's output slots (index as in counters(); at least 1). Takes effect
-  /// when the stage next acts; a stage never drops what it holds when its slots shrink.
+  /// when the stage next acts; a stage never drops what it holds when its slots shrink. These two
+  /// may be called from any thread, also while another shuts the topology down.
   void set_slots(std::size_t stage, std::size_t slots);
   /// Changes a running parallel map stage's worker count (ignored by other stages).
   void set_parallelism(std::size_t stage, std::size_t workers);
@@ -186,6 +187,9 @@ class element_stream {
   void cancel();
   /// Counters of every stage, the reader last.
   std::vector<stage_counters> counters() const;
+  /// topology::set_slots / set_parallelism of the running pipeline; callable from any thread.
+  void set_slots(std::size_t stage, std::size_t slots);
+  void set_parallelism(std::size_t stage, std::size_t workers);
 
   struct impl;
   explicit element_stream(std::unique_ptr<impl> state);

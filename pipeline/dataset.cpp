@@ -2,24 +2,58 @@
 
 #include "pipeline/dataset.hpp"
 
+#include "actors/tracing.hpp"
+#include "pipeline/autotune.hpp"
 #include "pipeline/iterator.hpp"
 #include "pipeline/node.hpp"
 
 namespace af::data {
 
-pipeline dataset::to_pipeline(runtime& rt) const {
+namespace {
+
+build_context top_level_context(runtime& rt, uint64_t base_seed) {
   build_context ctx;
   ctx.rt = &rt;
   ctx.state = std::make_shared<iteration_state>();
+  ctx.state->base_seed = base_seed;
+  ctx.tunables = std::make_shared<tunable_registry>();
+  return ctx;
+}
+
+iterator launch_iteration(runtime& rt, const node& root, const build_context& ctx, std::string fingerprint,
+                          uint64_t consumed, const autotune_options& tuning) {
+  auto stream = af::iterate(rt, root.build(ctx), {.slots = 4, .name = "iterator"});
+  iterator it{std::move(stream), ctx.state, std::move(fingerprint), consumed};
+  std::vector<tunable_stage> knobs;
+  {
+    std::lock_guard<std::mutex> guard{ctx.tunables->mtx};
+    knobs = ctx.tunables->stages;
+  }
+  if (!knobs.empty()) it.attach_tuner(std::move(knobs), tuning);
+  return it;
+}
+
+}  // namespace
+
+pipeline dataset::to_pipeline(runtime& rt) const {
+  auto ctx = top_level_context(rt, random_seed());
+  ctx.tunables = nullptr;  // no tuner watches a pipeline launched by hand
   return root_->build(ctx);
 }
 
-iterator dataset::iterate(runtime& rt) const {
-  build_context ctx;
-  ctx.rt = &rt;
-  ctx.state = std::make_shared<iteration_state>();
-  auto stream = af::iterate(rt, root_->build(ctx), {.slots = 4, .name = "iterator"});
-  return iterator{std::move(stream), ctx.state};
+iterator dataset::iterate(runtime& rt, autotune_options tuning) const {
+  auto ctx = top_level_context(rt, random_seed());
+  return launch_iteration(rt, *root_, ctx, to_dot(), 0, tuning);
+}
+
+expected<iterator> dataset::resume(runtime& rt, const iterator_state& saved, autotune_options tuning) const {
+  if (saved.fingerprint != to_dot())
+    return make_error(errc::invalid_argument,
+                      "resume: the saved iterator state belongs to another pipeline (its description differs)");
+  auto ctx = top_level_context(rt, saved.base_seed);
+  // Replays the pipeline and drops what the saved iterator had handed out, inside the topology.
+  const dataset positioned = skip(static_cast<int64_t>(saved.consumed));
+  return launch_iteration(rt, *positioned.root_, ctx, to_dot(), saved.consumed, tuning);
 }
 
 namespace {
@@ -45,19 +79,89 @@ std::string dataset::to_dot() const {
   return out + "}\n";
 }
 
-iterator::iterator(element_stream stream, std::shared_ptr<iteration_state> state)
-    : stream_(std::move(stream)), state_(std::move(state)) {}
+iterator::iterator(element_stream stream, std::shared_ptr<iteration_state> state, std::string fingerprint,
+                   uint64_t already_consumed)
+    : stream_(std::move(stream)), state_(std::move(state)), fingerprint_(std::move(fingerprint)),
+      consumed_(already_consumed), signals_(std::make_shared<consumer_signals>()) {}
 iterator::iterator(iterator&&) noexcept = default;
 iterator& iterator::operator=(iterator&&) noexcept = default;
 iterator::~iterator() = default;
 
-expected<std::optional<element>> iterator::next() { return stream_.next(); }
+expected<std::optional<element>> iterator::next() {
+  const int64_t start = trace::now_ns();
+  auto got = stream_.next();
+  signals_->waited_ns.fetch_add(trace::now_ns() - start, std::memory_order_relaxed);
+  if (got && got->has_value()) {
+    ++consumed_;
+    signals_->element_bytes.store((*got)->nbytes(), std::memory_order_relaxed);
+  }
+  return got;
+}
+
+iterator::range_iterator iterator::begin() { return range_iterator{this}; }
+
+iterator::range_iterator& iterator::range_iterator::operator++() {
+  auto next = owner_->next();
+  if (next && next->has_value())
+    current_ = std::move(**next);
+  else
+    current_.reset();
+  return *this;
+}
+
+int64_t iterator::waited_ns() const noexcept { return signals_->waited_ns.load(std::memory_order_relaxed); }
+
+void iterator::attach_tuner(std::vector<tunable_stage> knobs, autotune_options options) {
+  tuner_ = std::make_unique<autotuner>(stream_, std::move(knobs), options, signals_);
+}
 
 iteration_stats iterator::stats() const {
   iteration_stats out;
   out.skipped_errors = state_->skipped.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> guard{state_->mtx};
   out.first_skipped_error = state_->first_skipped;
+  return out;
+}
+
+iterator_state iterator::save() const { return {state_->base_seed, consumed_, fingerprint_}; }
+
+// -- iterator_state -------------------------------------------------------------------------------
+
+namespace {
+constexpr std::string_view state_magic = "actorflow-iterator-state 1\n";
+}
+
+std::string iterator_state::serialize() const {
+  return std::string{state_magic} + "base_seed " + std::to_string(base_seed) + "\nconsumed " +
+         std::to_string(consumed) + "\nfingerprint " + std::to_string(fingerprint.size()) + "\n" + fingerprint;
+}
+
+expected<iterator_state> iterator_state::deserialize(std::string_view text) {
+  auto bad = [](const std::string& what) {
+    return make_error(errc::malformed_input, "iterator state: " + what);
+  };
+  if (text.substr(0, state_magic.size()) != state_magic) return bad("does not start with '" + std::string{state_magic.substr(0, state_magic.size() - 1)} + "'");
+  text.remove_prefix(state_magic.size());
+  iterator_state out;
+  auto read_number = [&](std::string_view key, uint64_t& value) -> expected<void> {
+    const std::string prefix = std::string{key} + " ";
+    const auto eol = text.find('\n');
+    if (text.substr(0, prefix.size()) != prefix || eol == std::string_view::npos)
+      return bad("expected a line '" + std::string{key} + " <number>'");
+    const std::string digits{text.substr(prefix.size(), eol - prefix.size())};
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
+      return bad("'" + std::string{key} + "' is not a number: '" + digits + "'");
+    value = std::stoull(digits);
+    text.remove_prefix(eol + 1);
+    return {};
+  };
+  uint64_t length = 0;
+  if (auto ok = read_number("base_seed", out.base_seed); !ok) return ok.error_value();
+  if (auto ok = read_number("consumed", out.consumed); !ok) return ok.error_value();
+  if (auto ok = read_number("fingerprint", length); !ok) return ok.error_value();
+  if (text.size() != length)
+    return bad("fingerprint has " + std::to_string(text.size()) + " bytes, header says " + std::to_string(length));
+  out.fingerprint = std::string{text};
   return out;
 }
 

@@ -65,6 +65,18 @@ struct iteration_stats {
 };
 
 class iterator;
+struct iterator_state;
+
+/// Limits for the autotuner, which runs while an iteration has any autotune parameter: it sets
+/// map parallelism and prefetch depth from each stage's measured busy/waiting/blocked time.
+struct autotune_options {
+  /// Workers all autotuned maps may use together (0: the machine's cores).
+  std::size_t cpu_budget = 0;
+  /// Bytes autotuned prefetch buffers may hold together (0: half of the machine's RAM).
+  std::size_t ram_budget_bytes = 0;
+  /// How often it measures and adjusts.
+  int64_t period_ms = 50;
+};
 
 /// An immutable description of an input pipeline.
 class dataset {
@@ -133,7 +145,10 @@ class dataset {
 
   // -- running -----------------------------------------------------------------------------------
   /// Launches the stages and returns a blocking iterator over the elements.
-  iterator iterate(runtime& rt) const;
+  iterator iterate(runtime& rt, autotune_options tuning = {}) const;
+  /// Launches the stages positioned where `saved` was taken (iterator::save); errors when `saved`
+  /// comes from another pipeline.
+  expected<iterator> resume(runtime& rt, const iterator_state& saved, autotune_options tuning = {}) const;
   /// Graphviz description, one node per transformation.
   std::string to_dot() const;
 

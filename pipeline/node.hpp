@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/stage.hpp"
+#include "pipeline/autotune.hpp"
 #include "pipeline/dataset.hpp"
 
 namespace af::data {
@@ -18,6 +19,8 @@ namespace af::data {
 /// What one iteration of a dataset shares across its stages and its nested runs (repeat epochs,
 /// interleave children): error counters and caches being filled or served.
 struct iteration_state {
+  /// Unseeded shuffles derive their seeds from it; an iterator's saved state records it.
+  uint64_t base_seed = 0;
   std::atomic<uint64_t> skipped{0};
   std::mutex mtx;
   std::string first_skipped;
@@ -46,6 +49,9 @@ struct build_context {
   std::shared_ptr<iteration_state> state;
   /// True below an ignore_errors(): failures skip the element or record instead of the stream.
   bool skip_errors = false;
+  /// Where autotuned stages of the top-level pipeline register; null while building nested ones
+  /// (their autotune parameters take fixed defaults).
+  std::shared_ptr<tunable_registry> tunables;
 };
 
 struct node {
@@ -87,8 +93,11 @@ inline error with_origin(const error& err, const element_origin& origin) {
 
 /// Mixes a seed with an epoch number (splitmix64), so each pass shuffles differently.
 uint64_t mix_seed(uint64_t seed, uint64_t salt) noexcept;
-/// A seed from the operating system's entropy (unseeded shuffles).
+/// A seed from the operating system's entropy (each iteration's base seed).
 uint64_t random_seed();
+/// A number that tells a node apart from the others of its description (its label and how many
+/// nodes lie upstream), the same in every process: unseeded shuffles mix it into the base seed.
+uint64_t structural_salt(const node& n);
 
 /// Runs a nested dataset to completion inside a stage (repeat epochs, interleave children, zip).
 element_stream run_nested(const node& n, const build_context& ctx);

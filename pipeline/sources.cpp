@@ -156,8 +156,16 @@ uint64_t random_seed() {
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
+uint64_t structural_salt(const node& n) {
+  uint64_t depth = 0;
+  for (auto ups = n.inputs(); !ups.empty(); ups = ups.front()->inputs()) ++depth;
+  return std::hash<std::string>{}(n.label()) ^ mix_seed(depth, 0);
+}
+
 element_stream run_nested(const node& n, const build_context& ctx) {
-  return af::iterate(*ctx.rt, n.build(ctx), {.slots = nested_reader_slots, .name = "nested reader"});
+  build_context nested = ctx;
+  nested.tunables = nullptr;  // the autotuner sees the top-level topology only
+  return af::iterate(*ctx.rt, n.build(nested), {.slots = nested_reader_slots, .name = "nested reader"});
 }
 
 dataset dataset::range(int64_t start, int64_t stop, int64_t step) {

@@ -90,11 +90,18 @@ struct map_node final : unary_node {
     }};
     pipeline upstream = up->build(ctx);
     if (parallelism == 1) return upstream.transform(stage, std::move(body), {.slots = element_slots});
-    const std::size_t workers = parallelism == autotune ? std::max(2u, std::thread::hardware_concurrency())
-                                                        : static_cast<std::size_t>(std::max<int64_t>(1, parallelism));
+    std::size_t workers = static_cast<std::size_t>(std::max<int64_t>(1, parallelism));
+    if (parallelism == autotune && ctx.tunables) {
+      ctx.tunables->add({tunable_stage::knob::parallelism, upstream.stages().size()});
+      workers = autotune_initial_workers;
+    } else if (parallelism == autotune) {
+      workers = std::max(1u, std::thread::hardware_concurrency());
+    }
+    // Slots for the most workers the tuner may grant, so that growing never starves them.
+    const std::size_t most_workers = parallelism == autotune ? std::max(2u, std::thread::hardware_concurrency()) : workers;
     return upstream.parallel_map(stage, std::move(body),
                                  {.parallelism = workers, .deterministic = deterministic,
-                                  .slots = std::max(element_slots, 4 * workers)});
+                                  .slots = std::max(element_slots, 4 * most_workers)});
   }
   pipeline extend(pipeline up, const build_context&) const override { return up; }
 };
@@ -166,7 +173,9 @@ struct shuffle_node final : unary_node {
       : unary_node(std::move(in)), buffer(b), seed(s), reshuffle(r) {}
   std::string label() const override { return "shuffle(" + std::to_string(buffer) + ")"; }
   pipeline extend(pipeline up, const build_context& ctx) const override {
-    uint64_t effective = seed ? (reshuffle ? mix_seed(*seed, ctx.epoch) : *seed) : random_seed();
+    // Unseeded: derived from the iteration's base seed, so a saved iterator resumes identically.
+    const uint64_t base = seed ? *seed : mix_seed(ctx.state->base_seed, structural_salt(*this));
+    const uint64_t effective = reshuffle ? mix_seed(base, ctx.epoch) : base;
     const std::size_t size = buffer;
     return up.apply("shuffle", [size, effective] { return std::make_unique<shuffle_operator>(size, effective); },
                     {.slots = element_slots});
@@ -251,8 +260,9 @@ struct prefetch_node final : unary_node {
   std::string label() const override {
     return "prefetch(" + (buffer == autotune ? std::string{"autotune"} : std::to_string(buffer)) + ")";
   }
-  pipeline extend(pipeline up, const build_context&) const override {
-    const std::size_t slots = buffer == autotune ? 2 : static_cast<std::size_t>(std::max<int64_t>(1, buffer));
+  pipeline extend(pipeline up, const build_context& ctx) const override {
+    std::size_t slots = buffer == autotune ? autotune_initial_prefetch : static_cast<std::size_t>(std::max<int64_t>(1, buffer));
+    if (buffer == autotune && ctx.tunables) ctx.tunables->add({tunable_stage::knob::prefetch, up.stages().size()});
     return up.transform(
         "prefetch",
         [](element e) -> expected<std::vector<element>> {
