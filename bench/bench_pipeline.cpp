@@ -3,12 +3,16 @@
 // -> batch(256) -> prefetch, against the same work as a hand-written loop on the same number of
 // threads (no actors), measured in the same run.
 //
+// A second part times a map burning ~1 ms of CPU per element at parallelism 1, 2 and autotune.
+//
 //   build/bench/bench_pipeline [--quick] [--records N] [--files K] [--threads T] [--dir PATH]
+//   (--dir keeps the files there, for bench/tfdata_reference.py --dir PATH)
 
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -113,6 +117,25 @@ int64_t run_pipeline(runtime& rt, const std::vector<std::string>& files, int64_t
   return seen;
 }
 
+// Elements/s of range(n) -> map(burn ~1 ms of CPU, parallelism) -> prefetch(autotune).
+double burn_rate(runtime& rt, int64_t n, int64_t parallelism) {
+  auto ds = data::dataset::range(n)
+                .map([](element e) -> expected<element> {
+                  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+                  volatile uint64_t spin = 0;
+                  while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+                  return e;
+                }, parallelism)
+                .prefetch(data::autotune);
+  int64_t seen = 0;
+  const double s = af::bench::seconds_of([&] {
+    auto it = ds.iterate(rt, {.period_ms = 20});
+    for (auto& e : it) seen += e.find("value") ? 1 : 0;
+  });
+  if (seen != n) throw std::runtime_error("burn pipeline lost elements");
+  return static_cast<double>(n) / s;
+}
+
 // The same work without actors: each thread reads its share of the files, parses, decodes, keeps
 // a shuffle window of its share of the buffer and stacks batches.
 int64_t run_raw_loop(const std::vector<std::string>& files, int64_t threads) {
@@ -192,6 +215,14 @@ int main(int argc, char** argv) {
                  static_cast<long long>(records));
     return 1;
   }
+  // A map burning ~1 ms per element: what a second worker buys, and what autotune finds from 1.
+  const int64_t burn_n = quick ? 300 : 1000;
+  std::vector<double> burn1, burn2, burn_auto;
+  for (int r = 0; r < reps; ++r) {
+    burn1.push_back(burn_rate(rt, burn_n, 1));
+    burn2.push_back(burn_rate(rt, burn_n, 2));
+    burn_auto.push_back(burn_rate(rt, burn_n, data::autotune));
+  }
   const double pipeline_rate = static_cast<double>(records) / af::bench::median(pipeline_s);
   const double raw_rate = static_cast<double>(records) / af::bench::median(raw_s);
   struct rusage usage {};
@@ -210,6 +241,11 @@ int main(int argc, char** argv) {
   out.add("ratio_vs_raw_loop", pipeline_rate / raw_rate);
   out.add("peak_bytes", static_cast<double>(peak));
   out.add("max_rss_bytes", static_cast<double>(usage.ru_maxrss) * 1024.0);
+  out.add("burn_1ms_parallelism1_elements_per_s", af::bench::median(burn1));
+  out.add("burn_1ms_parallelism2_elements_per_s", af::bench::median(burn2));
+  out.add("burn_1ms_autotune_elements_per_s", af::bench::median(burn_auto));
+  out.add("burn_speedup_parallelism2", af::bench::median(burn2) / af::bench::median(burn1));
+  out.add("burn_speedup_autotune", af::bench::median(burn_auto) / af::bench::median(burn1));
   out.print();
   return 0;
 }
