@@ -122,15 +122,6 @@ expected<std::optional<element>> element_stream::next() {
 
 element_stream::iterator element_stream::begin() { return iterator{this}; }
 
-element_stream::iterator& element_stream::iterator::operator++() {
-  auto next = owner_->next();
-  if (next && next->has_value())
-    current_ = std::move(**next);
-  else
-    current_.reset();
-  return *this;
-}
-
 const error& element_stream::status() const noexcept { return impl_->status; }
 
 void element_stream::cancel() {

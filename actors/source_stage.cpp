@@ -57,17 +57,10 @@ void run(source_actor* self) {
 
 // A factory that throws or returns an empty generator yields a generator that fails the stream.
 generator_fn call_make(const stage_spec& spec) {
-  std::string failure;
-  try {
-    if (auto gen = spec.make_gen()) return gen;
-    failure = "made an empty generator";
-  } catch (const std::exception& ex) {
-    failure = std::string{"threw: "} + ex.what();
-  } catch (...) {
-    failure = "threw a non-standard exception";
-  }
-  return [failure]() -> expected<std::optional<element>> {
-    return make_error(errc::invalid_argument, "generator factory " + failure);
+  std::string why;
+  if (auto gen = make_or_explain(spec.make_gen, why)) return gen;
+  return [why]() -> expected<std::optional<element>> {
+    return make_error(errc::invalid_argument, "generator factory " + why);
   };
 }
 

@@ -165,12 +165,42 @@ using done_handler = std::function<void(const error&)>;
 topology launch(runtime& rt, const pipeline& p, sink_options options, element_handler on_element,
                 done_handler on_done);
 
+/// An input iterator over any `Source` with `expected<std::optional<element>> next()`; it equals
+/// std::default_sentinel once the source ends or fails (the source keeps the error).
+template <class Source>
+class pull_iterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = element;
+  using difference_type = std::ptrdiff_t;
+
+  pull_iterator() = default;
+  /// Positioned on the source's first element.
+  explicit pull_iterator(Source* source) : source_(source) { ++*this; }
+  element& operator*() noexcept { return *current_; }
+  element* operator->() noexcept { return &*current_; }
+  pull_iterator& operator++() {
+    auto next = source_->next();
+    if (next && next->has_value())
+      current_ = std::move(**next);
+    else
+      current_.reset();
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  bool operator==(std::default_sentinel_t) const noexcept { return !current_.has_value(); }
+
+ private:
+  Source* source_ = nullptr;
+  std::optional<element> current_;
+};
+
 /// A blocking reader over a launched pipeline, for plain (non-actor) code. Credit is tied to what
 /// the reader consumes: at most `slots` elements wait for it. Destroying the stream early cancels
 /// upstream and waits until the topology has shut down. Not thread-safe: one reader thread.
 class element_stream {
  public:
-  class iterator;
+  using iterator = pull_iterator<element_stream>;
 
   element_stream(element_stream&&) noexcept;
   element_stream& operator=(element_stream&&) noexcept;
@@ -198,26 +228,6 @@ class element_stream {
   std::unique_ptr<impl> impl_;
 };
 
-/// Input iterator over an element_stream; equals end() once the stream ends or fails.
-class element_stream::iterator {
- public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = element;
-  using difference_type = std::ptrdiff_t;
-
-  iterator() = default;
-  element& operator*() noexcept { return *current_; }
-  element* operator->() noexcept { return &*current_; }
-  iterator& operator++();
-  void operator++(int) { ++*this; }
-  bool operator==(std::default_sentinel_t) const noexcept { return !current_.has_value(); }
-
- private:
-  friend class element_stream;
-  explicit iterator(element_stream* owner) : owner_(owner) { ++*this; }
-  element_stream* owner_ = nullptr;
-  std::optional<element> current_;
-};
 
 /// Launches `p` and returns a blocking reader: `for (auto& e : af::iterate(rt, p)) use(e);`
 element_stream iterate(runtime& rt, const pipeline& p, sink_options options = {});

@@ -173,6 +173,21 @@ auto call_guarded(F&& fn, const char* what) -> decltype(fn()) {
   }
 }
 
+/// Calls a factory of user code. An exception or an empty result yields an empty value and says
+/// why in `why`, so the caller can put a stand-in that fails the stream in its place.
+template <class Factory>
+auto make_or_explain(const Factory& make, std::string& why) -> decltype(make()) {
+  try {
+    if (auto made = make()) return made;
+    why = "made nothing";
+  } catch (const std::exception& ex) {
+    why = std::string{"threw: "} + ex.what();
+  } catch (...) {
+    why = "threw a non-standard exception";
+  }
+  return {};
+}
+
 /// Queues one step message to the stage itself unless one is already pending, so a stage that
 /// yields after its time slice resumes without flooding its own mailbox.
 template <class Self>

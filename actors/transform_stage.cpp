@@ -125,14 +125,7 @@ class failed_operator final : public stage_operator {
 
 std::unique_ptr<stage_operator> make_operator(const stage_spec& spec) {
   std::string why;
-  try {
-    if (auto op = spec.make_op()) return op;
-    why = "made no operator";
-  } catch (const std::exception& ex) {
-    why = std::string{"threw: "} + ex.what();
-  } catch (...) {
-    why = "threw a non-standard exception";
-  }
+  if (auto op = make_or_explain(spec.make_op, why)) return op;
   return std::make_unique<failed_operator>(std::move(why));
 }
 

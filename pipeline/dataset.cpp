@@ -100,15 +100,6 @@ expected<std::optional<element>> iterator::next() {
 
 iterator::range_iterator iterator::begin() { return range_iterator{this}; }
 
-iterator::range_iterator& iterator::range_iterator::operator++() {
-  auto next = owner_->next();
-  if (next && next->has_value())
-    current_ = std::move(**next);
-  else
-    current_.reset();
-  return *this;
-}
-
 int64_t iterator::waited_ns() const noexcept { return signals_->waited_ns.load(std::memory_order_relaxed); }
 
 void iterator::attach_tuner(std::vector<tunable_stage> knobs, autotune_options options) {

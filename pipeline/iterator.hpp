@@ -42,7 +42,7 @@ struct iterator_state {
 /// every stage has stopped. One reader thread.
 class iterator {
  public:
-  class range_iterator;
+  using range_iterator = pull_iterator<iterator>;
 
   iterator(element_stream stream, std::shared_ptr<iteration_state> state, std::string fingerprint,
            uint64_t already_consumed);
@@ -81,25 +81,5 @@ class iterator {
   std::unique_ptr<autotuner> tuner_;  // stopped before the stream shuts down
 };
 
-/// Input iterator over a data::iterator.
-class iterator::range_iterator {
- public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = element;
-  using difference_type = std::ptrdiff_t;
-
-  range_iterator() = default;
-  element& operator*() noexcept { return *current_; }
-  element* operator->() noexcept { return &*current_; }
-  range_iterator& operator++();
-  void operator++(int) { ++*this; }
-  bool operator==(std::default_sentinel_t) const noexcept { return !current_.has_value(); }
-
- private:
-  friend class iterator;
-  explicit range_iterator(iterator* owner) : owner_(owner) { ++*this; }
-  iterator* owner_ = nullptr;
-  std::optional<element> current_;
-};
 
 }  // namespace af::data
