@@ -31,7 +31,8 @@ namespace {
 /// first_seq + 1, ...; the worker answers each with one done_atom message, in order.
 using work_atom = caf::atom_constant<caf::atom("af_pmwork")>;
 /// Worker -> coordinator: (done_atom, worker id, seq, outputs, error, busy ns since last report).
-/// After an error the worker drops the rest of that work message (the stream fails anyway).
+/// Every input is answered, even after an error (the coordinator then drops the answers), so the
+/// coordinator's count of inputs at each worker stays exact.
 using done_atom = caf::atom_constant<caf::atom("af_pmdone")>;
 
 /// Elements one worker holds at most (running + queued in its mailbox): enough to keep it busy
@@ -72,10 +73,8 @@ caf::behavior map_worker(worker_actor* self, transform_fn fn, std::string stage,
           const int64_t total = s.act->total_ns(trace::category::busy);
           const int64_t delta = total - s.reported_busy_ns;
           s.reported_busy_ns = total;
-          const bool failed = static_cast<bool>(err);
           self->send(reply_to, done_atom::value, id, first_seq + i, std::move(outputs), std::move(err),
                      delta);
-          if (failed) return;
         }
       },
   };
@@ -117,6 +116,7 @@ struct parallel_map_state {
   int64_t worker_busy_ns = 0;  // sum over all workers, live and retired
   trace::name_id blocked_name = trace::intern("blocked on output");
   trace::name_id waiting_name = trace::intern("waiting for input");
+  bool step_pending = false;
   int rest = 0;  // what the coordinator rests in: 0 nothing, 1 waiting for input, 2 blocked
   int64_t rest_since = 0;
 };
@@ -316,11 +316,6 @@ void on_done(parallel_map_actor* self, uint32_t id, uint64_t seq, std::vector<el
   if (w == st.workers.end()) return;  // stopped already
   --w->in_flight;
   --st.in_flight;
-  if (err && w->in_flight > 0) {
-    // The worker drops the rest of its batch after an error: those inputs are gone too.
-    st.in_flight -= w->in_flight;
-    w->in_flight = 0;
-  }
   if (w->retiring && w->in_flight == 0) {
     stop_worker(self, *w);
     st.workers.erase(w);
@@ -428,6 +423,13 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
       [self](done_atom, uint32_t id, uint64_t seq, std::vector<element>& outputs, caf::error& err,
              int64_t busy_ns) {
         on_done(self, id, seq, outputs, err, busy_ns);
+        // The worker gets its next input now; results leave at the step, which queues behind the
+        // other results already in the mailbox, so that a burst of them goes out as one batch.
+        dispatch(self);
+        schedule_step(self);
+      },
+      [self](step_atom) {
+        self->state.step_pending = false;
         run(self);
       },
       [self](tune_atom, uint64_t new_slots, uint64_t parallelism) {
