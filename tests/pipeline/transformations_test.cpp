@@ -61,7 +61,7 @@ TEST_CASE("map and filter equal the sequential reference for random parallelism"
   }
 }
 
-TEST_CASE("batch stacks fields and keeps or drops the remainder; unbatch inverts it", "[pipeline]") {
+TEST_CASE("batch stacks fields and keeps or drops the remainder, and unbatch inverts it", "[pipeline]") {
   runtime rt{test_runtime_options()};
   std::mt19937 rng{11};
   for (int round = 0; round < 5; ++round) {
@@ -109,7 +109,7 @@ TEST_CASE("padded_batch pads each field to the longest in the batch or to a give
   CHECK_THAT(err.message, Catch::Contains("field 'row'"));
 }
 
-TEST_CASE("from_tensor_slices yields rows; zip joins fields and stops at the shortest", "[pipeline]") {
+TEST_CASE("from_tensor_slices yields rows, and zip joins fields and stops at the shortest", "[pipeline]") {
   runtime rt{test_runtime_options()};
   element columns{{"x", tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {3, 2})},
                   {"y", tensor::from_vector<int64_t>({7, 8, 9})}};
@@ -241,7 +241,7 @@ TEST_CASE("interleave cycles through children in blocks like tf.data", "[pipelin
   }
 }
 
-TEST_CASE("map errors and exceptions name the element's origin; ignore_errors skips and counts", "[pipeline]") {
+TEST_CASE("map errors and exceptions name the element's origin, and ignore_errors skips and counts them", "[pipeline]") {
   runtime rt{test_runtime_options()};
   auto failing = dataset::range(10).map([](element e) -> expected<element> {
     const int64_t v = e.find("value")->item<int64_t>();
