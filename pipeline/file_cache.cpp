@@ -333,7 +333,7 @@ struct file_cache_node final : unary_node {
         label(), [path = path, description = describe(*input)] {
           return std::make_unique<file_cache_writer>(path, description);
         },
-        {.slots = element_slots});
+        {.slots = element_slots, .detached = true});  // writes and fsync block: their own thread
   }
   pipeline extend(pipeline up, const build_context&) const override { return up; }
 };

@@ -9,35 +9,17 @@
 #include <fstream>
 
 #include "ops/allocator.hpp"
+#include "../support/scratch_dir.hpp"
 #include "pipeline_test_util.hpp"
 #include "serialization/tfrecord.hpp"
 
 using namespace af;
 using namespace af::data;
 using namespace af::data::testing;
+using af::testing::scratch_dir;
 
 namespace {
 
-// A fresh directory per test case, removed afterwards.
-struct scratch_dir {
-  std::filesystem::path path;
-  scratch_dir() {
-    static int counter = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("af_file_cache_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~scratch_dir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  // Names of the files in the directory other than `except`.
-  std::vector<std::string> others(const std::string& except) const {
-    std::vector<std::string> out;
-    for (const auto& entry : std::filesystem::directory_iterator(path))
-      if (entry.path().filename() != except) out.push_back(entry.path().filename().string());
-    return out;
-  }
-};
 
 // range(n) whose every element increments `calls` (the input "runs" once per call).
 dataset counted_range(int64_t n, std::shared_ptr<std::atomic<int>> calls) {
@@ -97,7 +79,7 @@ void flip_byte(const std::string& path, uint64_t offset) {
 TEST_CASE("cache(path) returns the input's elements of mixed dtypes and shapes, then the same from the file",
           "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   const auto path = dir.file("mixed.cache");
   auto calls = std::make_shared<std::atomic<int>>(0);
   auto ds = mixed_input(12, calls).cache(path);
@@ -115,7 +97,7 @@ TEST_CASE("cache(path) returns the input's elements of mixed dtypes and shapes, 
 TEST_CASE("repeat(3) over cache(path) runs the input once and serves later epochs from the file",
           "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   auto calls = std::make_shared<std::atomic<int>>(0);
   auto got = values(drain(rt, counted_range(20, calls).cache(dir.file("r.cache")).repeat(3)));
   std::vector<int64_t> want;
@@ -128,7 +110,7 @@ TEST_CASE("repeat(3) over cache(path) runs the input once and serves later epoch
 TEST_CASE("a new iteration and a new description of the same path read the file without the input",
           "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   const auto path = dir.file("again.cache");
   auto calls = std::make_shared<std::atomic<int>>(0);
   auto ds = counted_range(30, calls).cache(path);
@@ -146,7 +128,7 @@ TEST_CASE("a new iteration and a new description of the same path read the file 
 
 TEST_CASE("take(2) before the pass completes leaves no cache file and no partial file", "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   const auto path = dir.file("short.cache");
   auto calls = std::make_shared<std::atomic<int>>(0);
   auto ds = counted_range(100000, calls).cache(path);
@@ -162,7 +144,7 @@ TEST_CASE("take(2) before the pass completes leaves no cache file and no partial
 
 TEST_CASE("an input error leaves no cache file and no partial file", "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   const auto path = dir.file("failed.cache");
   auto failing = dataset::range(100).map([](element e) -> expected<element> {
     if (e.find("value")->item<int64_t>() == 40) return make_error(errc::invalid_argument, "element 40 is bad");
@@ -179,7 +161,7 @@ TEST_CASE("an input error leaves no cache file and no partial file", "[pipeline]
 
 TEST_CASE("two iterations writing the same cache path at once leave one complete file", "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   const auto path = dir.file("race.cache");
   auto calls = std::make_shared<std::atomic<int>>(0);
   auto ds = counted_range(500, calls).cache(path);
@@ -207,7 +189,7 @@ TEST_CASE("two iterations writing the same cache path at once leave one complete
 TEST_CASE("a cache file cut short or bit-flipped or of another format is an error naming the path and record",
           "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   const auto good = dir.file("good.cache");
   auto calls = std::make_shared<std::atomic<int>>(0);
   drain(rt, mixed_input(10, calls).cache(good));
@@ -274,7 +256,7 @@ TEST_CASE("a cache file cut short or bit-flipped or of another format is an erro
 TEST_CASE("caching 2000 elements of 64 KiB streams them so memory stays far below the data size",
           "[pipeline][cache]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_file_cache"};
   const auto path = dir.file("big.cache");
   constexpr int64_t count = 2000;
   constexpr int64_t bytes = 64 * 1024;

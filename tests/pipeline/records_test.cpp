@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "pipeline/records.hpp"
+#include "../support/scratch_dir.hpp"
 #include "pipeline_test_util.hpp"
 #include "serialization/example.hpp"
 #include "serialization/tfrecord.hpp"
@@ -14,21 +15,10 @@
 using namespace af;
 using namespace af::data;
 using namespace af::data::testing;
+using af::testing::scratch_dir;
 
 namespace {
 
-// A fresh directory per test case, removed afterwards.
-struct scratch_dir {
-  std::filesystem::path path;
-  scratch_dir() {
-    static int counter = 0;
-    path = std::filesystem::temp_directory_path() /
-           ("af_records_pipeline_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::create_directories(path);
-  }
-  ~scratch_dir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string example_bytes(int64_t label, std::size_t pixels = 12) {
   example ex;
@@ -71,7 +61,7 @@ void flip_byte(const std::string& path, uint64_t offset) {
 
 TEST_CASE("from_tfrecord reads every record with its origin and parses Examples", "[pipeline][records]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_records_pipeline"};
   write_labels(dir.file("a.tfrecord"), 0, 20);
   write_labels(dir.file("b.tfrecord"), 20, 15);
   auto raw = drain(rt, dataset::from_tfrecord({dir.file("a.tfrecord"), dir.file("b.tfrecord")}));
@@ -86,7 +76,7 @@ TEST_CASE("from_tfrecord reads every record with its origin and parses Examples"
 
 TEST_CASE("interleave over list_files reads files round-robin in blocks", "[pipeline][records]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_records_pipeline"};
   write_labels(dir.file("part-0.tfrecord"), 0, 5);
   write_labels(dir.file("part-1.tfrecord"), 100, 5);
   write_labels(dir.file("part-2.tfrecord"), 200, 3);
@@ -102,7 +92,7 @@ TEST_CASE("interleave over list_files reads files round-robin in blocks", "[pipe
 TEST_CASE("a wrong CRC or a truncated file names file, record and offset after the good records",
           "[pipeline][records]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_records_pipeline"};
   const auto path = dir.file("bad.tfrecord");
   const auto offsets = write_labels(path, 0, 10);
   flip_byte(path, offsets[6] + 20);  // inside record 6's data: its data CRC fails
@@ -124,7 +114,7 @@ TEST_CASE("a wrong CRC or a truncated file names file, record and offset after t
 
 TEST_CASE("malformed, missing and mistyped features name the feature and the record", "[pipeline][records]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_records_pipeline"};
   const auto path = dir.file("mixed.tfrecord");
   {
     auto w = tfrecord_writer::open(path);
@@ -162,7 +152,7 @@ TEST_CASE("malformed, missing and mistyped features name the feature and the rec
 
 TEST_CASE("ignore_errors skips the rest of a corrupt file and goes on with the next", "[pipeline][records]") {
   runtime rt{test_runtime_options()};
-  scratch_dir dir;
+  scratch_dir dir{"af_records_pipeline"};
   const auto offsets = write_labels(dir.file("a.tfrecord"), 0, 5);
   write_labels(dir.file("b.tfrecord"), 10, 3);
   flip_byte(dir.file("a.tfrecord"), offsets[2] + 9);  // record 2's length CRC: framing lost
