@@ -275,3 +275,74 @@ TEST_CASE("to_dot names every transformation", "[pipeline]") {
   for (const char* label : {"zip", "range(0, 3, 1)", "map (parallelism 4)", "shuffle(10)", "batch(2)", "prefetch(autotune)"})
     CHECK_THAT(dot, Catch::Contains(label));
 }
+
+TEST_CASE("random chains of transformations equal a sequential reference", "[pipeline]") {
+  runtime rt{test_runtime_options()};
+  std::mt19937 rng{2024};
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>{lo, hi}(rng); };
+  for (int round = 0; round < 25; ++round) {
+    const int64_t n = pick(0, 400);
+    auto ds = dataset::range(n);
+    std::vector<int64_t> expect = iota(0, n);
+    std::string chain = "range(" + std::to_string(n) + ")";
+    for (int step = 0, steps = static_cast<int>(pick(1, 6)); step < steps; ++step) {
+      switch (pick(0, 6)) {
+        case 0: {
+          const int64_t k = pick(1, 5), parallelism = pick(1, 6);
+          ds = ds.map([k](element e) -> expected<element> {
+            e.set("value", tensor::scalar<int64_t>(e.find("value")->item<int64_t>() * k + 1));
+            return e;
+          }, parallelism);
+          for (auto& v : expect) v = v * k + 1;
+          chain += ".map(*" + std::to_string(k) + "+1, " + std::to_string(parallelism) + ")";
+          break;
+        }
+        case 1: {
+          const int64_t m = pick(2, 4);
+          ds = ds.filter([m](const element& e) -> expected<bool> { return e.find("value")->item<int64_t>() % m != 0; });
+          std::erase_if(expect, [m](int64_t v) { return v % m == 0; });
+          chain += ".filter(%" + std::to_string(m) + ")";
+          break;
+        }
+        case 2: {
+          const int64_t t = pick(0, 300);
+          ds = ds.take(t);
+          if (static_cast<int64_t>(expect.size()) > t) expect.resize(static_cast<std::size_t>(t));
+          chain += ".take(" + std::to_string(t) + ")";
+          break;
+        }
+        case 3: {
+          const int64_t s = pick(0, 50);
+          ds = ds.skip(s);
+          expect.erase(expect.begin(), expect.begin() + std::min<int64_t>(s, static_cast<int64_t>(expect.size())));
+          chain += ".skip(" + std::to_string(s) + ")";
+          break;
+        }
+        case 4: {
+          const int64_t shards = pick(1, 4), index = pick(0, shards - 1);
+          ds = ds.shard(shards, index);
+          std::vector<int64_t> kept;
+          for (std::size_t i = 0; i < expect.size(); ++i)
+            if (static_cast<int64_t>(i) % shards == index) kept.push_back(expect[i]);
+          expect = kept;
+          chain += ".shard(" + std::to_string(shards) + ", " + std::to_string(index) + ")";
+          break;
+        }
+        case 5: {
+          const auto size = static_cast<std::size_t>(pick(1, 9));
+          ds = ds.batch(size).unbatch();
+          chain += ".batch(" + std::to_string(size) + ").unbatch()";
+          break;
+        }
+        default: {
+          const int64_t depth = pick(1, 40);
+          ds = ds.prefetch(depth);
+          chain += ".prefetch(" + std::to_string(depth) + ")";
+          break;
+        }
+      }
+    }
+    INFO(chain);
+    CHECK(values(drain(rt, ds)) == expect);
+  }
+}
