@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <map>
 #include <random>
 
@@ -345,4 +347,30 @@ TEST_CASE("random chains of transformations equal a sequential reference", "[pip
     INFO(chain);
     CHECK(values(drain(rt, ds)) == expect);
   }
+}
+
+TEST_CASE("an actor-side sink attaches to a dataset's pipeline", "[pipeline]") {
+  runtime rt{test_runtime_options()};
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<int64_t> got;
+  bool done = false;
+  error status;
+  auto topo = launch(rt, dataset::range(100).shuffle(10, 3).batch(8).to_pipeline(rt), {.slots = 2, .name = "trainer"},
+                     [&](element&& batch) -> expected<void> {
+                       std::lock_guard<std::mutex> guard{mtx};
+                       for (auto v : batch.find("value")->to_vector<int64_t>()) got.push_back(v);
+                       return {};
+                     },
+                     [&](const error& err) {
+                       std::lock_guard<std::mutex> guard{mtx};
+                       status = err;
+                       done = true;
+                       cv.notify_all();
+                     });
+  std::unique_lock<std::mutex> lock{mtx};
+  REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  CHECK(status.code == errc::none);
+  std::sort(got.begin(), got.end());
+  CHECK(got == iota(0, 100));
 }
