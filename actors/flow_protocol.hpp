@@ -29,6 +29,7 @@
 
 #include "actors/caf_error.hpp"
 #include "actors/message_types.hpp"  // inspect(element): batches are messages
+#include "actors/tsan_handoff.hpp"
 #include "ops/element.hpp"
 
 namespace af::flow {
@@ -73,6 +74,7 @@ class outbound {
       buffer.pop_front();
     }
     credit_ -= n;
+    detail::tsan_release(batch.data());
     self->send(consumer_, batch_atom::value, std::move(batch));
     return n;
   }
@@ -112,6 +114,11 @@ class inbound {
     const uint64_t more = target - granted_;
     granted_ = target;
     self->send(producer_, demand_atom::value, more);
+  }
+  /// Counts an arriving batch against the credit; an error naming `who` if it exceeds it.
+  caf::error on_batch(const std::vector<element>& items, const std::string& who) {
+    detail::tsan_acquire(items.data());  // pairs with the release in outbound::push
+    return on_batch(items.size(), who);
   }
   /// Counts `n` arriving items against the credit; an error naming `who` if they exceed it.
   caf::error on_batch(std::size_t n, const std::string& who) {

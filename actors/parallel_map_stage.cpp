@@ -59,6 +59,7 @@ caf::behavior map_worker(worker_actor* self, transform_fn fn, std::string stage,
   return {
       [self, id](work_atom, uint64_t first_seq, std::vector<element>& inputs) {
         auto& s = self->state;
+        tsan_acquire(inputs.data());  // pairs with the coordinator's release in dispatch
         auto reply_to = caf::actor_cast<caf::actor>(self->current_sender());
         for (std::size_t i = 0; i < inputs.size(); ++i) {
           const int64_t start = trace::now_ns();
@@ -73,6 +74,7 @@ caf::behavior map_worker(worker_actor* self, transform_fn fn, std::string stage,
           const int64_t total = s.act->total_ns(trace::category::busy);
           const int64_t delta = total - s.reported_busy_ns;
           s.reported_busy_ns = total;
+          tsan_release(outputs.data());
           self->send(reply_to, done_atom::value, id, first_seq + i, std::move(outputs), std::move(err),
                      delta);
         }
@@ -248,6 +250,7 @@ void dispatch(parallel_map_actor* self) {
     }
     st.workers[i].in_flight += give[i];
     st.in_flight += give[i];
+    tsan_release(batch.data());
     self->send(st.workers[i].handle, work_atom::value, st.next_seq, std::move(batch));
     st.next_seq += give[i];
   }
@@ -396,7 +399,7 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
       [self](flow::batch_atom, std::vector<element>& items) {
         auto& s = self->state;
         if (s.in.closed()) return;  // sent before our cancel reached the producer
-        if (auto err = s.in.on_batch(items.size(), s.out->name)) {
+        if (auto err = s.in.on_batch(items, s.out->name)) {
           fail(self, std::move(err));
         } else {
           s.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
@@ -422,6 +425,7 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
       [self](flow::cancel_atom) { finish(self); },
       [self](done_atom, uint32_t id, uint64_t seq, std::vector<element>& outputs, caf::error& err,
              int64_t busy_ns) {
+        tsan_acquire(outputs.data());  // pairs with the worker's release
         on_done(self, id, seq, outputs, err, busy_ns);
         // The worker gets its next input now; results leave at the step, which queues behind the
         // other results already in the mailbox, so that a burst of them goes out as one batch.

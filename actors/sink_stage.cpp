@@ -78,7 +78,7 @@ caf::behavior sink_stage(sink_actor* self, std::string name, std::size_t slots, 
       [self](flow::batch_atom, std::vector<element>& items) {
         auto& s = self->state;
         if (s.in.closed()) return;
-        if (auto err = s.in.on_batch(items.size(), s.name)) {
+        if (auto err = s.in.on_batch(items, s.name)) {
           s.in.cancel(self);
           finish(self, from_caf_error(err));
           return;

@@ -154,7 +154,7 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
       [self](flow::batch_atom, std::vector<element>& items) {
         auto& s = self->state;
         if (s.in.closed()) return;  // sent before our cancel reached the producer
-        if (auto err = s.in.on_batch(items.size(), s.out->name)) {
+        if (auto err = s.in.on_batch(items, s.out->name)) {
           fail(self, std::move(err));
         } else {
           s.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);

@@ -18,6 +18,22 @@ extern "C" void __tsan_release(void* addr);
 
 namespace af::detail {
 
+/// The same for any object handed over inside a local CAF message (a batch of elements): CAF's
+/// mailbox is lock-free inside the uninstrumented library, so TSan sees no ordering between the
+/// sender's writes and the receiver's reads. Release before sending, acquire on receipt, on an
+/// address both sides know (a vector's data() survives the moves into and out of the message).
+inline void tsan_release([[maybe_unused]] const void* addr) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  if (addr) __tsan_release(const_cast<void*>(addr));
+#endif
+}
+
+inline void tsan_acquire([[maybe_unused]] const void* addr) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  if (addr) __tsan_acquire(const_cast<void*>(addr));
+#endif
+}
+
 inline void tsan_release_payload([[maybe_unused]] const tensor& t) noexcept {
 #if defined(__SANITIZE_THREAD__)
   if (t.nbytes() > 0) __tsan_release(t.raw_data());
