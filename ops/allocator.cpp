@@ -1,6 +1,8 @@
 #include "ops/allocator.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -51,6 +53,9 @@ class cpu_allocator_base : public allocator {
   allocator_stats stats_;
 };
 
+// Caches freed blocks by size class and hands them out again: after warm-up a steady pipeline
+// allocates nothing from the system and the lock guards a few vector operations only. Each block
+// carries its size in a header just before the address handed out, so freeing looks nothing up.
 class cpu_caching_allocator final : public cpu_allocator_base {
  public:
   using cpu_allocator_base::cpu_allocator_base;
@@ -67,15 +72,13 @@ class cpu_caching_allocator final : public cpu_allocator_base {
     std::lock_guard<std::mutex> guard{mtx_};
     ++stats_.allocations;
     // Reuse a cached block that is not much larger than asked for.
-    auto it = cache_.lower_bound(size);
-    if (it != cache_.end() && it->first <= size + size / 4 + 4096) {
-      void* ptr = it->second;
-      std::size_t block = it->first;
-      cache_.erase(it);
-      blocks_[ptr] = block;
-      stats_.bytes_cached -= block;
+    for (auto it = cache_.lower_bound(size); it != cache_.end() && it->first <= size + size / 4 + 4096; ++it) {
+      if (it->second.empty()) continue;
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      stats_.bytes_cached -= it->first;
       ++stats_.cache_hits;
-      note_in_use(block);
+      note_in_use(it->first);
       return ptr;
     }
     if (options_.memory_limit && stats_.bytes_reserved + size > options_.memory_limit) drop_cache();
@@ -84,41 +87,47 @@ class cpu_caching_allocator final : public cpu_allocator_base {
                         options_.name + " allocator: cannot allocate " + describe(nbytes) + " with " +
                             describe(stats_.bytes_in_use) + " in use under a limit of " +
                             describe(options_.memory_limit));
-    void* ptr = std::aligned_alloc(alignment, size);
-    if (!ptr)
+    auto* base = static_cast<char*>(std::aligned_alloc(alignment, size + header));
+    if (!base)
       return make_error(errc::out_of_memory,
                         options_.name + " allocator: the system refused " + describe(nbytes));
+    std::memcpy(base, &size, sizeof size);
     ++stats_.cache_misses;
     stats_.bytes_reserved += size;
-    blocks_[ptr] = size;
     note_in_use(size);
-    return ptr;
+    return base + header;
   }
 
   void free_block(void* ptr, std::size_t) noexcept override {
+    if (!ptr) return;
+    const std::size_t block = block_size(ptr);
     std::lock_guard<std::mutex> guard{mtx_};
-    auto it = blocks_.find(ptr);
-    if (it == blocks_.end()) return;
-    std::size_t block = it->second;
-    blocks_.erase(it);
     ++stats_.deallocations;
     stats_.bytes_in_use -= block;
     stats_.bytes_cached += block;
-    cache_.emplace(block, ptr);
+    cache_[block].push_back(ptr);
   }
 
  private:
+  // Room before each block for its size, keeping the block itself aligned.
+  static constexpr std::size_t header = alignment;
+
+  static std::size_t block_size(void* ptr) noexcept {
+    std::size_t size = 0;
+    std::memcpy(&size, static_cast<char*>(ptr) - header, sizeof size);
+    return size;
+  }
+
   void drop_cache() {
-    for (auto& [size, ptr] : cache_) {
-      std::free(ptr);
-      stats_.bytes_reserved -= size;
+    for (auto& [size, blocks] : cache_) {
+      for (void* ptr : blocks) std::free(static_cast<char*>(ptr) - header);
+      stats_.bytes_reserved -= size * blocks.size();
     }
     stats_.bytes_cached = 0;
     cache_.clear();
   }
 
-  std::multimap<std::size_t, void*> cache_;  // block size -> free block
-  std::map<void*, std::size_t> blocks_;      // live block -> its rounded size
+  std::map<std::size_t, std::vector<void*>> cache_;  // block size -> free blocks of that size
 };
 
 // One arena reserved and touched at start; best-fit sub-allocation with coalescing of free ranges.
@@ -216,6 +225,9 @@ class cpu_arena_allocator final : public cpu_allocator_base {
 };
 
 std::mutex default_mtx;
+// Bumped whenever the default allocator changes: threads re-read it only then, so that the hot
+// path of every tensor allocation takes no lock.
+std::atomic<uint64_t> default_version{1};
 
 std::shared_ptr<allocator>& default_cpu_slot() {
   static std::shared_ptr<allocator> slot = *make_cpu_allocator();
@@ -253,13 +265,21 @@ allocator_scope::~allocator_scope() { scoped_allocator = std::move(previous_); }
 
 std::shared_ptr<allocator> cpu_allocator() {
   if (scoped_allocator) return scoped_allocator;
-  std::lock_guard<std::mutex> guard{default_mtx};
-  return default_cpu_slot();
+  thread_local uint64_t seen_version = 0;
+  thread_local std::shared_ptr<allocator> seen;
+  const uint64_t now = default_version.load(std::memory_order_acquire);
+  if (seen_version != now) {
+    std::lock_guard<std::mutex> guard{default_mtx};
+    seen = default_cpu_slot();
+    seen_version = default_version.load(std::memory_order_relaxed);
+  }
+  return seen;
 }
 
 void set_cpu_allocator(std::shared_ptr<allocator> alloc) {
   std::lock_guard<std::mutex> guard{default_mtx};
   default_cpu_slot() = std::move(alloc);
+  default_version.fetch_add(1, std::memory_order_release);
 }
 
 storage::storage(std::shared_ptr<allocator> owner, void* data, std::size_t nbytes) noexcept
