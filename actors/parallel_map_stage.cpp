@@ -34,9 +34,18 @@ using work_atom = caf::atom_constant<caf::atom("af_pmwork")>;
 /// Every input is answered, even after an error (the coordinator then drops the answers), so the
 /// coordinator's count of inputs at each worker stays exact.
 using done_atom = caf::atom_constant<caf::atom("af_pmdone")>;
+/// Worker -> coordinator: (done_many_atom, worker id, first seq, outputs, counts, busy ns): the
+/// successful results of counts.size() consecutive inputs, counts[k] outputs each, back to back.
+/// One message for a run of cheap calls instead of one per input.
+using done_many_atom = caf::atom_constant<caf::atom("af_pmmany")>;
 
-/// Elements one worker holds at most (running + queued in its mailbox): enough to keep it busy
-/// across a round trip, few enough that a slow worker does not hoard work the others could do.
+/// A worker holds finished results back at most this long, to answer a run of cheap calls at once.
+constexpr int64_t reply_delay_ns = 200'000;
+
+/// Elements one worker holds at least (running + queued in its mailbox): enough to keep it busy
+/// across a round trip. With more slots than workers need for that, each worker may hold an even
+/// share of a quarter of the slots, so that cheap functions get work in runs and the coordinator
+/// is not a round trip behind; a slow worker then hoards at most that share.
 constexpr std::size_t worker_depth = 2;
 
 // -- worker -------------------------------------------------------------------------------------
@@ -61,23 +70,47 @@ caf::behavior map_worker(worker_actor* self, transform_fn fn, std::string stage,
         auto& s = self->state;
         tsan_acquire(inputs.data());  // pairs with the coordinator's release in dispatch
         auto reply_to = caf::actor_cast<caf::actor>(self->current_sender());
-        for (std::size_t i = 0; i < inputs.size(); ++i) {
-          const int64_t start = trace::now_ns();
-          auto made = call_guarded([&] { return s.fn(std::move(inputs[i])); }, "parallel map function");
-          std::vector<element> outputs;
-          caf::error err;
-          if (made) outputs = std::move(*made);
-          else
-            err = make_caf_error(made.error_value().code,
-                                 "stage '" + s.stage + "': " + made.error_value().message);
-          s.act->busy_since(start, s.call_name, static_cast<uint32_t>(outputs.size()));
+        // Successful results wait in `ready` until the run ends, an error must go out, or they
+        // have waited reply_delay_ns (slow functions still stream their results one by one).
+        std::vector<element> ready;
+        std::vector<uint64_t> counts;
+        uint64_t ready_from = first_seq;
+        int64_t ready_since = 0;
+        auto busy_delta = [&s] {
           const int64_t total = s.act->total_ns(trace::category::busy);
           const int64_t delta = total - s.reported_busy_ns;
           s.reported_busy_ns = total;
-          tsan_release(outputs.data());
-          self->send(reply_to, done_atom::value, id, first_seq + i, std::move(outputs), std::move(err),
-                     delta);
+          return delta;
+        };
+        auto flush_ready = [&] {
+          if (counts.empty()) return;
+          tsan_release(ready.data());
+          self->send(reply_to, done_many_atom::value, id, ready_from, std::move(ready), std::move(counts),
+                     busy_delta());
+          ready = {};
+          counts = {};
+        };
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          const int64_t start = trace::now_ns();
+          auto made = call_guarded([&] { return s.fn(std::move(inputs[i])); }, "parallel map function");
+          s.act->busy_since(start, s.call_name, made ? static_cast<uint32_t>(made->size()) : 0);
+          if (!made) {
+            flush_ready();
+            caf::error err = make_caf_error(made.error_value().code,
+                                            "stage '" + s.stage + "': " + made.error_value().message);
+            self->send(reply_to, done_atom::value, id, first_seq + i, std::vector<element>{}, std::move(err),
+                       busy_delta());
+            continue;
+          }
+          if (counts.empty()) {
+            ready_from = first_seq + i;
+            ready_since = start;
+          }
+          counts.push_back(made->size());
+          for (auto& e : *made) ready.push_back(std::move(e));
+          if (trace::now_ns() - ready_since >= reply_delay_ns) flush_ready();
         }
+        flush_ready();
       },
   };
 }
@@ -233,7 +266,8 @@ void dispatch(parallel_map_actor* self) {
   if (busy >= st.out->slots()) return;
   std::vector<std::size_t> give(st.workers.size(), 0);
   std::size_t left = std::min(st.inputs.size(), st.out->slots() - busy);
-  for (std::size_t level = 1; level <= worker_depth && left > 0; ++level)
+  const std::size_t depth = std::max(worker_depth, st.out->slots() / (4 * std::max<std::size_t>(1, st.workers.size())));
+  for (std::size_t level = 1; level <= depth && left > 0; ++level)
     for (std::size_t i = 0; i < st.workers.size() && left > 0; ++i)
       if (!st.workers[i].retiring && st.workers[i].in_flight + give[i] < level) {
         ++give[i];
@@ -429,6 +463,20 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
         on_done(self, id, seq, outputs, err, busy_ns);
         // The worker gets its next input now; results leave at the step, which queues behind the
         // other results already in the mailbox, so that a burst of them goes out as one batch.
+        dispatch(self);
+        schedule_step(self);
+      },
+      [self](done_many_atom, uint32_t id, uint64_t first_seq, std::vector<element>& outputs,
+             std::vector<uint64_t>& counts, int64_t busy_ns) {
+        tsan_acquire(outputs.data());  // pairs with the worker's release
+        caf::error none;
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < counts.size(); ++k) {
+          std::vector<element> mine;
+          mine.reserve(counts[k]);
+          for (uint64_t j = 0; j < counts[k] && at < outputs.size(); ++j) mine.push_back(std::move(outputs[at++]));
+          on_done(self, id, first_seq + k, mine, none, k == 0 ? busy_ns : 0);
+        }
         dispatch(self);
         schedule_step(self);
       },

@@ -95,6 +95,7 @@ pipeline pipeline::parallel_map(std::string name, transform_fn fn, parallel_opti
   options.parallelism = std::max<std::size_t>(1, options.parallelism);
   if (options.slots == 0) options.slots = 2 * options.parallelism;
   spec->options.slots = options.slots;
+  spec->options.detached = options.detached;
   spec->parallel = options;
   spec->fn = std::move(fn);
   pipeline p = *this;

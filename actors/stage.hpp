@@ -70,6 +70,9 @@ struct parallel_options {
   /// Elements the stage may hold, in flight and ready (0: 2 x parallelism). Also bounds how far a
   /// slow element can hold back the ones after it in deterministic mode.
   std::size_t slots = 0;
+  /// Workers on threads of their own instead of the shared scheduler: the operating system then
+  /// time-slices long functions with the pipeline's other actors, which keep moving.
+  bool detached = false;
 };
 
 /// What a stage did so far (for autotune and reports); a snapshot, read while the stage runs.
