@@ -5,7 +5,8 @@
 //
 // A second part times a map burning ~1 ms of CPU per element at parallelism 1, 2 and autotune.
 //
-//   build/bench/bench_pipeline [--quick] [--records N] [--files K] [--threads T] [--dir PATH]
+//   build/bench/bench_pipeline [--quick] [--profile] [--records N] [--files K] [--threads T]
+//                              [--scheduler-threads S] [--dir PATH]
 //   (--dir keeps the files there, for bench/tfdata_reference.py --dir PATH)
 
 #include <sys/resource.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -24,6 +26,7 @@
 #include "pipeline/dataset.hpp"
 #include "pipeline/element_ops.hpp"
 #include "pipeline/iterator.hpp"
+#include "pipeline/profiler.hpp"
 #include "pipeline/records.hpp"
 #include "serialization/example.hpp"
 #include "serialization/tfrecord.hpp"
@@ -101,7 +104,7 @@ expected<element> decode(element e) {
 }
 
 // The pipeline under test; returns elements seen.
-int64_t run_pipeline(runtime& rt, const std::vector<std::string>& files, int64_t threads) {
+int64_t run_pipeline(runtime& rt, const std::vector<std::string>& files, int64_t threads, bool profile = false) {
   auto ds = data::dataset::list_files((fs::path(files.front()).parent_path() / "train-*.tfrecord").string())
            .interleave([](const element& f) -> expected<data::dataset> { return data::dataset::from_tfrecord(f); },
                        threads, 16)
@@ -112,8 +115,11 @@ int64_t run_pipeline(runtime& rt, const std::vector<std::string>& files, int64_t
            .prefetch(4);
   int64_t seen = 0;
   auto it = ds.iterate(rt);
+  std::optional<data::profiler> prof;
+  if (profile) prof.emplace(it);
   for (auto& b : it) seen += b.find("label")->dim(0);
   if (it.status()) throw std::runtime_error(it.status().message);
+  if (prof) std::printf("%s", prof->report().to_string().c_str());
   return seen;
 }
 
@@ -197,11 +203,15 @@ int main(int argc, char** argv) {
               static_cast<long long>(records), static_cast<long long>(files), where.c_str());
   auto paths = write_files(where, records, files);
 
-  af::runtime rt{{.scheduler_threads = static_cast<int>(threads)}};
+  // Twice as many scheduler threads as cores: a worker running a long function then never keeps the
+  // other actors (coordinator, shuffle, batch) off the CPU until it finishes; the operating system
+  // time-slices them. The work itself runs on `threads` workers, like the raw loop's threads.
+  af::runtime rt{{.scheduler_threads = static_cast<int>(flag_value(argc, argv, "--scheduler-threads", 2 * threads))}};
   int64_t pipeline_seen = 0, raw_seen = 0;
   af::cpu_allocator()->reset_peak();
   std::vector<double> pipeline_s, raw_s;
-  run_pipeline(rt, paths, threads);  // warm up: page cache, allocator
+  // Warm up (page cache, allocator); --profile prints where each stage's time went.
+  run_pipeline(rt, paths, threads, af::bench::has_flag(argc, argv, "--profile"));
   af::cpu_allocator()->reset_peak();
   for (int r = 0; r < reps; ++r) {
     // Alternate the two so that machine noise hits both alike.

@@ -37,9 +37,11 @@ struct iteration_state {
 
 /// Output slots of a dataset stage: enough that one message carries several elements (amortising
 /// the hop between actors), few enough that a pipeline of small elements holds little memory.
-inline constexpr std::size_t element_slots = 16;
+inline constexpr std::size_t element_slots = 64;
+/// Output slots of a batch stage: a batch is many elements, two of them keep the consumer fed.
+inline constexpr std::size_t batch_slots = 2;
 /// Credit a nested reader (repeat epoch, interleave child, zip input) grants its pipeline.
-inline constexpr std::size_t nested_reader_slots = 32;
+inline constexpr std::size_t nested_reader_slots = 128;
 
 /// Everything a node needs to build its stages.
 struct build_context {
