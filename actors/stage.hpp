@@ -32,6 +32,10 @@ struct stage_options {
   std::size_t slots = 2;
   /// Runs the stage on its own thread (for generators or functions that block on I/O).
   bool detached = false;
+  /// Transform stages: inputs it may hold or have asked for, while an output slot is free (0: the
+  /// same as slots). More than slots for operators that take many inputs per output (batch), so
+  /// that their few big output slots do not throttle the credit they grant upstream.
+  std::size_t input_slots = 0;
 };
 
 /// Produces the next element; nullopt ends the stream, an error fails it.

@@ -1,6 +1,7 @@
 // A transform stage: runs a stage_operator (a function, batch, shuffle, take, ...) on each input.
 // Invariant: inputs waiting + outputs buffered + credit granted upstream <= slots, so the stage
-// never asks for more than it has room for. (One call that expands an element into n outputs may
+// never asks for more than it has room for (with input_slots set: inputs waiting + credit <=
+// input_slots, asked for only while an output slot is free, outputs buffered <= slots). (One call that expands an element into n outputs may
 // overfill the slots by n - 1 until they drain; no further input is taken meanwhile.)
 
 #include <caf/event_based_actor.hpp>
@@ -17,6 +18,7 @@ namespace {
 
 struct transform_state {
   std::unique_ptr<stage_operator> op;  // made per launch
+  std::size_t input_slots = 0;         // 0: inputs share the output slots' budget
   std::vector<element> made;           // the operator's outputs of one call, reused
   std::unique_ptr<stage_output> out;
   flow::inbound in;
@@ -35,6 +37,12 @@ using transform_actor = caf::stateful_actor<transform_state>;
 void top_up(transform_actor* self) {
   auto& st = self->state;
   if (st.upstream_done) return;
+  if (st.input_slots) {
+    // A separate input window: take inputs while an output slot is free.
+    if (st.out->free_slots() > 0 && st.inputs.size() < st.input_slots)
+      st.in.grant_up_to(self, st.input_slots - st.inputs.size());
+    return;
+  }
   const std::size_t held = st.out->buffer.size() + st.inputs.size();
   const std::size_t slots = st.out->slots();
   if (held < slots) st.in.grant_up_to(self, slots - held);
@@ -133,6 +141,7 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
                               std::shared_ptr<stage_metrics> metrics) {
   auto& st = self->state;
   st.op = make_operator(spec);
+  st.input_slots = spec.options.input_slots;
   st.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
   st.in = flow::inbound{std::move(upstream)};
   st.in.attach(self);

@@ -210,6 +210,11 @@ int main(int argc, char** argv) {
   int64_t pipeline_seen = 0, raw_seen = 0;
   af::cpu_allocator()->reset_peak();
   std::vector<double> pipeline_s, raw_s;
+  if (af::bench::has_flag(argc, argv, "--pipeline-only")) {  // for perf and profilers: nothing else runs
+    const double s = af::bench::seconds_of([&] { pipeline_seen = run_pipeline(rt, paths, threads); });
+    std::printf("pipeline only: %.0f elements/s\n", static_cast<double>(pipeline_seen) / s);
+    return 0;
+  }
   // Warm up (page cache, allocator); --profile prints where each stage's time went.
   run_pipeline(rt, paths, threads, af::bench::has_flag(argc, argv, "--profile"));
   af::cpu_allocator()->reset_peak();

@@ -236,7 +236,7 @@ struct batch_node final : unary_node {
   pipeline extend(pipeline up, const build_context&) const override {
     return up.apply(padding ? "padded_batch" : "batch", [n = size, d = drop_remainder, p = padding, v = pad_value] {
       return std::make_unique<batch_operator>(n, d, p, v);
-    }, {.slots = batch_slots});
+    }, {.slots = batch_slots, .input_slots = element_slots});
   }
 };
 
