@@ -431,28 +431,10 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
   });
   return {
       [self](flow::batch_atom, std::vector<element>& items) {
-        auto& s = self->state;
-        if (s.in.closed()) return;  // sent before our cancel reached the producer
-        if (auto err = s.in.on_batch(items, s.out->name)) {
-          fail(self, std::move(err));
-        } else {
-          s.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
-          for (auto& e : items) s.inputs.push_back(std::move(e));
-        }
-        run(self);
+        take_upstream_batch(self, items, [](parallel_map_actor* a) { run(a); }, [](parallel_map_actor* a, caf::error e) { fail(a, std::move(e)); });
       },
-      [self](flow::end_atom) {
-        self->state.in.close();
-        self->state.upstream_done = true;
-        run(self);
-      },
-      [self](flow::fail_atom, caf::error& err) {
-        auto& s = self->state;
-        s.in.close();
-        if (!s.upstream_done) s.upstream_status = std::move(err);
-        s.upstream_done = true;
-        run(self);
-      },
+      [self](flow::end_atom) { take_upstream_end(self, [](parallel_map_actor* a) { run(a); }); },
+      [self](flow::fail_atom, caf::error& err) { take_upstream_failure(self, err, [](parallel_map_actor* a) { run(a); }); },
       [self](flow::demand_atom, uint64_t n) {
         if (accept_demand(self, *self->state.out, n)) run(self);
       },

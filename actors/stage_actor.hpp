@@ -207,6 +207,39 @@ bool accept_demand(Self* self, stage_output& out, uint64_t n) {
   return false;
 }
 
+/// What a consuming stage (transform, parallel map) does with its upstream's batch, end and
+/// failure. Its state has `in`, `out`, `inputs`, `upstream_done` and `upstream_status`; `run`
+/// resumes the stage and `fail` fails it with its own error.
+template <class Self, class Run, class Fail>
+void take_upstream_batch(Self* self, std::vector<element>& items, Run run, Fail fail) {
+  auto& s = self->state;
+  if (s.in.closed()) return;  // sent before our cancel reached the producer
+  if (auto err = s.in.on_batch(items, s.out->name)) {
+    fail(self, std::move(err));
+  } else {
+    s.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
+    for (auto& e : items) s.inputs.push_back(std::move(e));
+  }
+  run(self);
+}
+
+template <class Self, class Run>
+void take_upstream_end(Self* self, Run run) {
+  self->state.in.close();
+  self->state.upstream_done = true;
+  run(self);
+}
+
+/// The failure is forwarded after the outputs of what was received before it.
+template <class Self, class Run>
+void take_upstream_failure(Self* self, caf::error& err, Run run) {
+  auto& s = self->state;
+  s.in.close();
+  if (!s.upstream_done) s.upstream_status = std::move(err);
+  s.upstream_done = true;
+  run(self);
+}
+
 /// Spawners, one per actor kind (each in its own translation unit).
 caf::actor spawn_source(caf::actor_system& sys, const stage_spec& spec,
                         std::shared_ptr<stage_metrics> metrics);

@@ -21,21 +21,14 @@
 
 #include "actors/runtime.hpp"
 #include "actors/stage.hpp"
+#include "stage_test_util.hpp"
 #include "actors/tracing.hpp"
 
 namespace {
 
-af::element make_item(int64_t value) { return af::element{{"x", af::tensor::scalar<int64_t>(value)}}; }
-int64_t value_of(const af::element& e) { return e.find("x")->item<int64_t>(); }
-
-// A generator of 0, 1, ..., n-1 (n < 0: endless) that counts its calls.
-af::generator_fn counting(int64_t n, std::shared_ptr<std::atomic<int64_t>> calls) {
-  return [n, calls, next = int64_t{0}]() mutable -> af::expected<std::optional<af::element>> {
-    calls->fetch_add(1);
-    if (n >= 0 && next >= n) return std::optional<af::element>{};
-    return std::optional<af::element>{make_item(next++)};
-  };
-}
+using af::testing::counting;
+using af::testing::make_item;
+using af::testing::value_of;
 
 // Burns CPU until `d` has passed on the steady clock. Not instrumented under TSan: a millisecond of
 // instrumented clock reads fills a thread's race-detection history, and TSan then cannot show (or
