@@ -16,6 +16,7 @@
 using namespace af;
 using namespace af::data;
 using namespace af::data::testing;
+using af::testing::flip_byte;
 using af::testing::scratch_dir;
 
 namespace {
@@ -63,16 +64,6 @@ void check_mixed(const std::vector<element>& got, int64_t n) {
 }
 
 void resize_file(const std::string& path, uintmax_t size) { std::filesystem::resize_file(path, size); }
-
-void flip_byte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
 
 }  // namespace
 

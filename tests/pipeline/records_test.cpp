@@ -15,6 +15,7 @@
 using namespace af;
 using namespace af::data;
 using namespace af::data::testing;
+using af::testing::flip_byte;
 using af::testing::scratch_dir;
 
 namespace {
@@ -45,16 +46,6 @@ std::vector<uint64_t> write_labels(const std::string& path, int64_t first, int64
 
 feature_spec image_spec() {
   return {{"image", fixed_len(dtype::u8, {12})}, {"label", fixed_len(dtype::i64, {})}};
-}
-
-void flip_byte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
 }
 
 }  // namespace

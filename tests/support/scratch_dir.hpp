@@ -1,10 +1,13 @@
 #pragma once
 
-// A fresh temporary directory per test case, removed with everything in it afterwards.
+// A fresh temporary directory per test case, removed with everything in it afterwards, and a way
+// to corrupt a file in it.
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -33,5 +36,16 @@ struct scratch_dir {
     return out;
   }
 };
+
+/// Flips one bit of the byte at `offset` of `path` in place (a corrupt file for bad-input tests).
+inline void flip_byte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
 
 }  // namespace af::testing
