@@ -126,7 +126,13 @@ dataset dataset::from_tfrecord(std::vector<std::string> files, tfrecord_options 
 
 dataset dataset::from_tfrecord(const element& file_element, tfrecord_options options) {
   auto name = field_as_string(file_element, "filename");
-  AF_ASSERT(name.has_value());  // interleave over list_files() always has it
+  if (!name) {
+    // Not a list_files() element: the stream fails naming why, instead of the process.
+    error why = make_error(name.error_value().code, "from_tfrecord: " + name.error_value().message);
+    return from_generator("tfrecord", [why] {
+      return generator_fn{[why]() -> expected<std::optional<element>> { return why; }};
+    });
+  }
   return from_tfrecord(std::vector<std::string>{*name}, options);
 }
 

@@ -78,6 +78,10 @@ TEST_CASE("interleave over list_files reads files round-robin in blocks", "[pipe
         std::vector<int64_t>{0, 1, 100, 101, 2, 3, 102, 103, 4, 104, 200, 201, 202});
   CHECK_THAT(drain_error(rt, dataset::list_files(dir.file("nothing-*.tfrecord"))).message,
              Catch::Contains("no file matches"));
+  // An interleave over elements that name no file fails the stream, naming the missing field.
+  auto no_names = dataset::range(2).interleave(
+      [](const element& e) -> expected<dataset> { return dataset::from_tfrecord(e); }, 2);
+  CHECK_THAT(drain_error(rt, no_names).message, Catch::Contains("from_tfrecord") && Catch::Contains("'filename'"));
 }
 
 TEST_CASE("a wrong CRC or a truncated file names file, record and offset after the good records",
