@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <random>
 #include <thread>
@@ -101,6 +102,32 @@ expected<element> decode(element e) {
   decode_into(raw->data<uint8_t>(), out->data<float>(), coin());
   e.set("image", std::move(*out));
   return e;
+}
+
+double process_cpu_s() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+// Wall and CPU seconds (all threads of the process) of one run.
+struct timed_run {
+  double wall_s = 0, cpu_s = 0;
+  double cpu_us_per(int64_t elements) const { return 1e6 * cpu_s / static_cast<double>(elements); }
+  double cores() const { return cpu_s / wall_s; }
+};
+
+timed_run time_run(const std::function<void()>& fn) {
+  const double cpu_before = process_cpu_s();
+  const double wall = af::bench::seconds_of(fn);
+  return {wall, process_cpu_s() - cpu_before};
+}
+
+// The run of median wall time.
+timed_run median_run(std::vector<timed_run> runs) {
+  std::sort(runs.begin(), runs.end(), [](const timed_run& a, const timed_run& b) { return a.wall_s < b.wall_s; });
+  return runs[runs.size() / 2];
 }
 
 // The pipeline under test; returns elements seen.
@@ -203,16 +230,22 @@ int main(int argc, char** argv) {
               static_cast<long long>(records), static_cast<long long>(files), where.c_str());
   auto paths = write_files(where, records, files);
 
-  // Twice as many scheduler threads as cores: a worker running a long function then never keeps the
-  // other actors (coordinator, shuffle, batch) off the CPU until it finishes; the operating system
-  // time-slices them. The work itself runs on `threads` workers, like the raw loop's threads.
-  af::runtime rt{{.scheduler_threads = static_cast<int>(flag_value(argc, argv, "--scheduler-threads", 2 * threads))}};
+  // One scheduler thread per core, like the raw loop's threads: more threads than cores only add
+  // time-slicing and idle polling between the stages' hand-offs.
+  std::vector<std::string> caf_args;  // --caf "--work-stealing.moderate-sleep-duration=20us" etc.
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--caf") == 0) caf_args.push_back(argv[i + 1]);
+  af::runtime rt{{.scheduler_threads = static_cast<int>(flag_value(argc, argv, "--scheduler-threads", threads)),
+                  .caf_args = caf_args}};
   int64_t pipeline_seen = 0, raw_seen = 0;
   af::cpu_allocator()->reset_peak();
-  std::vector<double> pipeline_s, raw_s;
+  std::vector<timed_run> pipeline_runs, raw_runs;
   if (af::bench::has_flag(argc, argv, "--pipeline-only")) {  // for perf and profilers: nothing else runs
-    const double s = af::bench::seconds_of([&] { pipeline_seen = run_pipeline(rt, paths, threads); });
-    std::printf("pipeline only: %.0f elements/s\n", static_cast<double>(pipeline_seen) / s);
+    for (int r = 0; r < reps; ++r) {
+      auto run = time_run([&] { pipeline_seen = run_pipeline(rt, paths, threads); });
+      std::printf("pipeline only: %.0f elements/s, %.2f us CPU per element, %.2f cores busy\n",
+                  static_cast<double>(pipeline_seen) / run.wall_s, run.cpu_us_per(pipeline_seen), run.cores());
+    }
     return 0;
   }
   // Warm up (page cache, allocator); --profile prints where each stage's time went.
@@ -220,8 +253,8 @@ int main(int argc, char** argv) {
   af::cpu_allocator()->reset_peak();
   for (int r = 0; r < reps; ++r) {
     // Alternate the two so that machine noise hits both alike.
-    raw_s.push_back(af::bench::seconds_of([&] { raw_seen = run_raw_loop(paths, threads); }));
-    pipeline_s.push_back(af::bench::seconds_of([&] { pipeline_seen = run_pipeline(rt, paths, threads); }));
+    raw_runs.push_back(time_run([&] { raw_seen = run_raw_loop(paths, threads); }));
+    pipeline_runs.push_back(time_run([&] { pipeline_seen = run_pipeline(rt, paths, threads); }));
   }
   const std::size_t peak = af::cpu_allocator()->stats().peak_bytes_in_use;
   if (pipeline_seen != records || raw_seen != records) {
@@ -238,8 +271,9 @@ int main(int argc, char** argv) {
     burn2.push_back(burn_rate(rt, burn_n, 2));
     burn_auto.push_back(burn_rate(rt, burn_n, data::autotune));
   }
-  const double pipeline_rate = static_cast<double>(records) / af::bench::median(pipeline_s);
-  const double raw_rate = static_cast<double>(records) / af::bench::median(raw_s);
+  const timed_run pipeline_run = median_run(pipeline_runs), raw_run = median_run(raw_runs);
+  const double pipeline_rate = static_cast<double>(records) / pipeline_run.wall_s;
+  const double raw_rate = static_cast<double>(records) / raw_run.wall_s;
   struct rusage usage {};
   ::getrusage(RUSAGE_SELF, &usage);
   std::printf("pipeline %.0f elements/s, raw loop %.0f elements/s on %lld threads (median of %d)\n", pipeline_rate,
@@ -255,6 +289,11 @@ int main(int argc, char** argv) {
   out.add("raw_loop_elements_per_s", raw_rate);
   out.add("ratio_vs_raw_loop", pipeline_rate / raw_rate);
   out.add("peak_bytes", static_cast<double>(peak));
+  // Where a gap comes from: CPU spent per element (overhead) and cores kept busy (hand-offs).
+  out.add("cpu_us_per_element", pipeline_run.cpu_us_per(records));
+  out.add("raw_loop_cpu_us_per_element", raw_run.cpu_us_per(records));
+  out.add("cores_busy", pipeline_run.cores());
+  out.add("raw_loop_cores_busy", raw_run.cores());
   out.add("max_rss_bytes", static_cast<double>(usage.ru_maxrss) * 1024.0);
   out.add("burn_1ms_parallelism1_elements_per_s", af::bench::median(burn1));
   out.add("burn_1ms_parallelism2_elements_per_s", af::bench::median(burn2));

@@ -6,12 +6,15 @@
 #include <vector>
 
 #include "ops/error.hpp"
+#include "ops/small_vector.hpp"
 
 namespace af {
 
+/// Most dimensions a shape keeps without a heap allocation.
+inline constexpr std::size_t inline_dims = 6;
 /// Dimensions of a tensor, outermost first. Strides are counted in elements, not bytes.
-using shape = std::vector<int64_t>;
-using strides = std::vector<int64_t>;
+using shape = small_vector<int64_t, inline_dims>;
+using strides = small_vector<int64_t, inline_dims>;
 
 /// Product of the dimensions (1 for a scalar, 0 when any dimension is 0).
 int64_t numel(const shape& s) noexcept;

@@ -194,7 +194,7 @@ expected<element> merge_fields(std::vector<element>&& parts) {
   return out;
 }
 
-tensor bytes_tensor(const std::string& text) {
+tensor bytes_tensor(std::string_view text) {
   auto t = tensor::empty({static_cast<int64_t>(text.size())}, dtype::u8);
   AF_ASSERT(t.has_value());
   if (!text.empty()) std::memcpy(t->raw_data(), text.data(), text.size());

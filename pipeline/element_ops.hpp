@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -43,7 +44,7 @@ expected<int64_t> leading_size(const element& columns);
 expected<element> merge_fields(std::vector<element>&& parts);
 
 /// An u8 tensor holding the bytes of `text` (how names and raw records travel in elements).
-tensor bytes_tensor(const std::string& text);
+tensor bytes_tensor(std::string_view text);
 /// The bytes of an u8 tensor as a string; an error when the field is missing or not u8.
 expected<std::string> field_as_string(const element& e, const std::string& field);
 

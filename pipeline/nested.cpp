@@ -27,7 +27,7 @@ struct repeat_node final : unary_node {
           struct pass_state {
             int64_t epoch = 0;
             uint64_t in_this_epoch = 0;
-            std::optional<element_stream> stream;
+            generator_fn stream;
           };
           auto st = std::make_shared<pass_state>();
           return generator_fn{[in, times, ctx, st]() -> expected<std::optional<element>> {
@@ -36,17 +36,17 @@ struct repeat_node final : unary_node {
                 if (times >= 0 && st->epoch >= times) return std::optional<element>{};
                 build_context pass = ctx;
                 pass.epoch = mix_seed(ctx.epoch, static_cast<uint64_t>(st->epoch));
-                st->stream.emplace(run_nested(*in, pass));
+                st->stream = open_nested(*in, pass);
                 st->in_this_epoch = 0;
                 ++st->epoch;
               }
-              auto next = st->stream->next();
+              auto next = st->stream();
               if (!next) return next.error_value();
               if (next->has_value()) {
                 ++st->in_this_epoch;
                 return next;
               }
-              st->stream.reset();
+              st->stream = nullptr;
               // An empty pass would make repeat() spin forever: an empty input repeats to empty.
               if (st->in_this_epoch == 0) return std::optional<element>{};
             }
@@ -77,39 +77,39 @@ struct interleave_node final : unary_node {
         "interleave",
         [in, make, cycle, block, open_ahead, ctx] {
           struct cycle_state {
-            std::optional<element_stream> outer;
+            generator_fn outer;
             bool outer_done = false;
-            std::vector<std::optional<element_stream>> slots;
-            std::deque<element_stream> ahead;  // children opened before the cycle needs them
+            std::vector<generator_fn> slots;  // null: no child open in this slot
+            std::deque<generator_fn> ahead;   // children opened before the cycle needs them
             std::size_t index = 0;
             int64_t in_block = 0;
           };
           auto st = std::make_shared<cycle_state>();
           st->slots.resize(cycle);
           // Opens the child dataset of the next outer element; nullopt when the outer input ended.
-          auto open_next = [in, make, ctx, st]() -> expected<std::optional<element_stream>> {
-            if (st->outer_done) return std::optional<element_stream>{};
-            if (!st->outer) st->outer.emplace(run_nested(*in, ctx));
-            auto next = st->outer->next();
+          auto open_next = [in, make, ctx, st]() -> expected<generator_fn> {
+            if (st->outer_done) return generator_fn{};
+            if (!st->outer) st->outer = open_nested(*in, ctx);
+            auto next = st->outer();
             if (!next) return next.error_value();
             if (!next->has_value()) {
               st->outer_done = true;
-              return std::optional<element_stream>{};
+              return generator_fn{};
             }
             auto child = call_user([&] { return make(**next); }, std::string{"interleave function"});
             if (!child) return with_origin(child.error_value(), (*next)->origin);
-            return std::optional<element_stream>{run_nested(*child->root(), ctx)};
+            return open_nested(*child->root(), ctx);
           };
           return generator_fn{[st, open_next, cycle, block, open_ahead]() -> expected<std::optional<element>> {
             for (;;) {
               while (st->ahead.size() < open_ahead && !st->outer_done) {
                 auto child = open_next();
                 if (!child) return child.error_value();
-                if (*child) st->ahead.push_back(std::move(**child));
+                if (*child) st->ahead.push_back(std::move(*child));
               }
               auto& slot = st->slots[st->index];
               if (slot) {
-                auto next = slot->next();
+                auto next = slot();
                 if (!next) return next.error_value();
                 if (next->has_value()) {
                   if (++st->in_block >= block) {
@@ -118,24 +118,24 @@ struct interleave_node final : unary_node {
                   }
                   return next;
                 }
-                slot.reset();  // this child is exhausted: move on, refill the slot when we return
+                slot = nullptr;  // this child is exhausted: move on, refill the slot when we return
                 st->in_block = 0;
                 st->index = (st->index + 1) % cycle;
                 continue;
               }
               if (!st->ahead.empty()) {
-                slot.emplace(std::move(st->ahead.front()));
+                slot = std::move(st->ahead.front());
                 st->ahead.pop_front();
                 continue;
               }
               if (!st->outer_done) {
                 auto child = open_next();
                 if (!child) return child.error_value();
-                if (*child) slot.emplace(std::move(**child));
+                if (*child) slot = std::move(*child);
                 continue;
               }
               bool any_open = false;
-              for (const auto& s : st->slots) any_open = any_open || s.has_value();
+              for (const auto& s : st->slots) any_open = any_open || static_cast<bool>(s);
               if (!any_open) return std::optional<element>{};
               st->in_block = 0;
               st->index = (st->index + 1) % cycle;

@@ -38,6 +38,9 @@ struct iteration_state {
 /// Output slots of a dataset stage: enough that one message carries several elements (amortising
 /// the hop between actors), few enough that a pipeline of small elements holds little memory.
 inline constexpr std::size_t element_slots = 64;
+/// Slots of a parallel map stage: each worker may hold a quarter of them, a queue deep enough that
+/// it keeps computing while the coordinator waits its turn on a busy scheduler thread.
+inline constexpr std::size_t parallel_map_slots = 128;
 /// Output slots of a batch stage: a batch is many elements, two of them keep the consumer fed.
 inline constexpr std::size_t batch_slots = 2;
 /// Credit a nested reader (repeat epoch, interleave child, zip input) grants its pipeline.
@@ -64,6 +67,19 @@ struct node {
   virtual std::string label() const = 0;
   /// Upstream nodes (none for sources; several for zip).
   virtual std::vector<const node*> inputs() const { return {}; }
+  /// For sources cheap enough to run on the thread of the stage that reads them (files, ranges):
+  /// a factory of generators of this node's elements. A nested run of such a node (an interleave
+  /// child, a repeat epoch) then costs no actors and no thread hand-off. Null for other nodes.
+  virtual generator_factory inline_source(const build_context&) const { return nullptr; }
+};
+
+/// A source node: its stage runs the generators of inline_source().
+struct source_node : node {
+  pipeline build(const build_context& ctx) const override {
+    return pipeline::from_source(stage_name(), inline_source(ctx), source_stage_options());
+  }
+  virtual std::string stage_name() const = 0;
+  virtual stage_options source_stage_options() const { return {.slots = element_slots, .detached = false}; }
 };
 
 /// A node with one input that appends stages to the input's pipeline.
@@ -103,5 +119,8 @@ uint64_t structural_salt(const node& n);
 
 /// Runs a nested dataset to completion inside a stage (repeat epochs, interleave children, zip).
 element_stream run_nested(const node& n, const build_context& ctx);
+/// The elements of a nested dataset: generated on the caller's thread when the node is an inline
+/// source, else read from its own running topology (run_nested).
+generator_fn open_nested(const node& n, const build_context& ctx);
 
 }  // namespace af::data

@@ -57,7 +57,7 @@ class tfrecord_generator {
         continue;
       }
       const auto& view = **record;
-      element e{{"record", bytes_tensor(std::string{view.data})}};
+      element e{{"record", bytes_tensor(view.data)}};
       e.origin = {file_, static_cast<int64_t>(view.index), static_cast<int64_t>(view.offset)};
       return std::optional<element>{std::move(e)};
     }
@@ -73,7 +73,7 @@ class tfrecord_generator {
   std::optional<tfrecord_reader> reader_;
 };
 
-struct tfrecord_node final : node {
+struct tfrecord_node final : source_node {
   std::vector<std::string> files;
   tfrecord_options options;
   tfrecord_node(std::vector<std::string> f, tfrecord_options o) : files(std::move(f)), options(o) {}
@@ -81,14 +81,14 @@ struct tfrecord_node final : node {
     if (files.size() == 1) return "tfrecord('" + files.front() + "')";
     return "tfrecord(" + std::to_string(files.size()) + " files)";
   }
-  pipeline build(const build_context& ctx) const override {
-    return pipeline::from_source(
-        "tfrecord",
-        [files = files, options = options, skip = ctx.skip_errors, state = ctx.state] {
-          auto gen = std::make_shared<tfrecord_generator>(files, options, skip, state);  // move-only reader
-          return generator_fn{[gen] { return (*gen)(); }};
-        },
-        {.slots = element_slots, .detached = true});  // file reads block: their own thread
+  std::string stage_name() const override { return "tfrecord"; }
+  // As a stage of its own, file reads block: its own thread keeps them off the scheduler.
+  stage_options source_stage_options() const override { return {.slots = element_slots, .detached = true}; }
+  generator_factory inline_source(const build_context& ctx) const override {
+    return [files = files, options = options, skip = ctx.skip_errors, state = ctx.state] {
+      auto gen = std::make_shared<tfrecord_generator>(files, options, skip, state);  // move-only reader
+      return generator_fn{[gen] { return (*gen)(); }};
+    };
   }
 };
 

@@ -12,32 +12,28 @@ namespace af::data {
 
 namespace {
 
-stage_options source_options() { return {.slots = element_slots, .detached = false}; }
-
-struct range_node final : node {
+struct range_node final : source_node {
   int64_t start, stop, step;
   range_node(int64_t a, int64_t b, int64_t s) : start(a), stop(b), step(s) {}
   std::string label() const override {
     return "range(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) + ")";
   }
-  pipeline build(const build_context&) const override {
+  std::string stage_name() const override { return "range"; }
+  generator_factory inline_source(const build_context&) const override {
     const int64_t a = start, b = stop, s = step;
-    return pipeline::from_source(
-        "range",
-        [a, b, s] {
-          return generator_fn{[next = a, b, s]() mutable -> expected<std::optional<element>> {
-            if (s == 0) return make_error(errc::invalid_argument, "range: step must not be 0");
-            if ((s > 0 && next >= b) || (s < 0 && next <= b)) return std::optional<element>{};
-            element e{{"value", tensor::scalar<int64_t>(next)}};
-            next += s;
-            return std::optional<element>{std::move(e)};
-          }};
-        },
-        source_options());
+    return [a, b, s] {
+      return generator_fn{[next = a, b, s]() mutable -> expected<std::optional<element>> {
+        if (s == 0) return make_error(errc::invalid_argument, "range: step must not be 0");
+        if ((s > 0 && next >= b) || (s < 0 && next <= b)) return std::optional<element>{};
+        element e{{"value", tensor::scalar<int64_t>(next)}};
+        next += s;
+        return std::optional<element>{std::move(e)};
+      }};
+    };
   }
 };
 
-struct slices_node final : node {
+struct slices_node final : source_node {
   element columns;
   explicit slices_node(element c) : columns(std::move(c)) {}
   std::string label() const override {
@@ -45,20 +41,18 @@ struct slices_node final : node {
     for (const auto& f : columns.fields) names += (names.empty() ? "" : ", ") + f.name;
     return "from_tensor_slices(" + names + ")";
   }
-  pipeline build(const build_context&) const override {
-    return pipeline::from_source(
-        "from_tensor_slices",
-        [cols = columns] {
-          return generator_fn{[cols, row = int64_t{0}]() mutable -> expected<std::optional<element>> {
-            auto rows = leading_size(cols);
-            if (!rows) return make_error(rows.error_value().code, "from_tensor_slices: " + rows.error_value().message);
-            if (row >= *rows) return std::optional<element>{};
-            auto e = slice_row(cols, row++);
-            if (!e) return e.error_value();
-            return std::optional<element>{std::move(*e)};
-          }};
-        },
-        source_options());
+  std::string stage_name() const override { return "from_tensor_slices"; }
+  generator_factory inline_source(const build_context&) const override {
+    return [cols = columns] {
+      return generator_fn{[cols, row = int64_t{0}]() mutable -> expected<std::optional<element>> {
+        auto rows = leading_size(cols);
+        if (!rows) return make_error(rows.error_value().code, "from_tensor_slices: " + rows.error_value().message);
+        if (row >= *rows) return std::optional<element>{};
+        auto e = slice_row(cols, row++);
+        if (!e) return e.error_value();
+        return std::optional<element>{std::move(*e)};
+      }};
+    };
   }
 };
 
@@ -73,37 +67,35 @@ struct generator_node final : node {
   }
 };
 
-struct list_files_node final : node {
+struct list_files_node final : source_node {
   std::string pattern;
   std::optional<uint64_t> seed;
   list_files_node(std::string p, std::optional<uint64_t> s) : pattern(std::move(p)), seed(s) {}
   std::string label() const override { return "list_files('" + pattern + "')"; }
-  pipeline build(const build_context& ctx) const override {
+  std::string stage_name() const override { return "list_files"; }
+  generator_factory inline_source(const build_context& ctx) const override {
     const std::string pat = pattern;
     const auto order_seed = seed ? std::optional<uint64_t>{mix_seed(*seed, ctx.epoch)} : std::nullopt;
-    return pipeline::from_source(
-        "list_files",
-        [pat, order_seed] {
-          auto files = std::make_shared<std::vector<std::string>>();
-          auto listed = std::make_shared<bool>(false);
-          return generator_fn{[pat, order_seed, files, listed, i = std::size_t{0}]() mutable
-                              -> expected<std::optional<element>> {
-            if (!*listed) {
-              *listed = true;
-              glob_t found{};
-              const int rc = ::glob(pat.c_str(), 0, nullptr, &found);
-              for (std::size_t k = 0; rc == 0 && k < found.gl_pathc; ++k) files->emplace_back(found.gl_pathv[k]);
-              ::globfree(&found);
-              if (files->empty())
-                return make_error(errc::io_error, "list_files: no file matches '" + pat + "'");
-              std::sort(files->begin(), files->end());
-              if (order_seed) std::shuffle(files->begin(), files->end(), std::mt19937_64{*order_seed});
-            }
-            if (i >= files->size()) return std::optional<element>{};
-            return std::optional<element>{element{{"filename", bytes_tensor((*files)[i++])}}};
-          }};
-        },
-        source_options());
+    return [pat, order_seed] {
+      auto files = std::make_shared<std::vector<std::string>>();
+      auto listed = std::make_shared<bool>(false);
+      return generator_fn{[pat, order_seed, files, listed, i = std::size_t{0}]() mutable
+                          -> expected<std::optional<element>> {
+        if (!*listed) {
+          *listed = true;
+          glob_t found{};
+          const int rc = ::glob(pat.c_str(), 0, nullptr, &found);
+          for (std::size_t k = 0; rc == 0 && k < found.gl_pathc; ++k) files->emplace_back(found.gl_pathv[k]);
+          ::globfree(&found);
+          if (files->empty())
+            return make_error(errc::io_error, "list_files: no file matches '" + pat + "'");
+          std::sort(files->begin(), files->end());
+          if (order_seed) std::shuffle(files->begin(), files->end(), std::mt19937_64{*order_seed});
+        }
+        if (i >= files->size()) return std::optional<element>{};
+        return std::optional<element>{element{{"filename", bytes_tensor((*files)[i++])}}};
+      }};
+    };
   }
 };
 
@@ -121,14 +113,14 @@ struct zip_node final : node {
     return pipeline::from_source(
         "zip",
         [parts_copy, ctx] {
-          auto streams = std::make_shared<std::vector<element_stream>>();
+          auto streams = std::make_shared<std::vector<generator_fn>>();
           return generator_fn{[parts_copy, ctx, streams]() -> expected<std::optional<element>> {
             if (parts_copy.empty()) return make_error(errc::invalid_argument, "zip of no datasets");
             if (streams->empty())
-              for (const auto& p : parts_copy) streams->push_back(run_nested(*p, ctx));
+              for (const auto& p : parts_copy) streams->push_back(open_nested(*p, ctx));
             std::vector<element> row;
             for (auto& s : *streams) {
-              auto next = s.next();
+              auto next = s();
               if (!next) return next.error_value();
               if (!next->has_value()) return std::optional<element>{};  // the shortest input ended
               row.push_back(std::move(**next));
@@ -166,6 +158,12 @@ element_stream run_nested(const node& n, const build_context& ctx) {
   build_context nested = ctx;
   nested.tunables = nullptr;  // the autotuner sees the top-level topology only
   return af::iterate(*ctx.rt, n.build(nested), {.slots = nested_reader_slots, .name = "nested reader"});
+}
+
+generator_fn open_nested(const node& n, const build_context& ctx) {
+  if (auto make = n.inline_source(ctx)) return make();
+  auto stream = std::make_shared<element_stream>(run_nested(n, ctx));  // generator_fn must be copyable
+  return [stream] { return stream->next(); };
 }
 
 dataset dataset::range(int64_t start, int64_t stop, int64_t step) {

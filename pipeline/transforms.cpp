@@ -101,7 +101,7 @@ struct map_node final : unary_node {
     const std::size_t most_workers = parallelism == autotune ? std::max(2u, std::thread::hardware_concurrency()) : workers;
     return upstream.parallel_map(stage, std::move(body),
                                  {.parallelism = workers, .deterministic = deterministic,
-                                  .slots = std::max(element_slots, 4 * most_workers)});
+                                  .slots = std::max(parallel_map_slots, 4 * most_workers)});
   }
   pipeline extend(pipeline up, const build_context&) const override { return up; }
 };
