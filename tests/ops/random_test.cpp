@@ -124,7 +124,7 @@ TEST_CASE("uniform values have the right mean and variance and pass a chi-square
   CHECK(chi2 < 180);
 }
 
-TEST_CASE("uniform respects [low, high) for every floating dtype, also when rounding would reach high",
+TEST_CASE("uniform stays within low inclusive and high exclusive for every floating dtype, also when rounding would reach high",
           "[cpu][random]") {
   for (dtype t : {dtype::f32, dtype::f64, dtype::f16, dtype::bf16}) {
     auto u = af::random_uniform({100000}, 5, t, -3, 5);
