@@ -21,6 +21,7 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -93,6 +94,9 @@ class outbound {
   uint64_t credit_ = 0;
 };
 
+/// The smallest demand worth sending to a producer for a consumer with `slots` slots: a quarter.
+inline uint64_t demand_step(std::size_t slots) noexcept { return std::max<uint64_t>(1, slots / 4); }
+
 /// The consumer end of one flow: the producer, the credit granted and not yet used.
 class inbound {
  public:
@@ -107,11 +111,14 @@ class inbound {
   const caf::actor& producer() const noexcept { return producer_; }
   uint64_t granted() const noexcept { return granted_; }
 
-  /// Raises the outstanding credit to `target` (never lowers it); demands only the difference.
+  /// Raises the outstanding credit to `target` (never lowers it); demands only the difference, and
+  /// only once it is at least `min_step` or the producer has no credit left: each demand may wake
+  /// the producer's thread, and top-ups of an element or two kept producers waking per element.
   template <class Self>
-  void grant_up_to(Self* self, uint64_t target) {
+  void grant_up_to(Self* self, uint64_t target, uint64_t min_step = 1) {
     if (!producer_ || closed_ || target <= granted_) return;
     const uint64_t more = target - granted_;
+    if (more < min_step && granted_ > 0) return;
     granted_ = target;
     self->send(producer_, demand_atom::value, more);
   }

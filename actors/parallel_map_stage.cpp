@@ -340,7 +340,7 @@ void run(parallel_map_actor* self) {
   }
   if (!st.upstream_done) {
     const std::size_t h = held(st);
-    if (h < out.slots()) st.in.grant_up_to(self, out.slots() - h);
+    if (h < out.slots()) st.in.grant_up_to(self, out.slots() - h, flow::demand_step(out.slots()));
   }
   publish(self);
 }

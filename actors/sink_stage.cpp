@@ -44,7 +44,7 @@ void finish(sink_actor* self, const error& status) {
 
 void top_up(sink_actor* self) {
   auto& st = self->state;
-  if (st.held < st.slots) st.in.grant_up_to(self, st.slots - st.held);
+  if (st.held < st.slots) st.in.grant_up_to(self, st.slots - st.held, flow::demand_step(st.slots));
   // Waiting only counts while credit is out and nothing has come back for it. A reader's queue
   // records its own spans on the reader thread instead.
   if (st.in.granted() > 0 && st.target->releases_on_delivery())

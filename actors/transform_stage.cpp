@@ -40,12 +40,12 @@ void top_up(transform_actor* self) {
   if (st.input_slots) {
     // A separate input window: take inputs while an output slot is free.
     if (st.out->free_slots() > 0 && st.inputs.size() < st.input_slots)
-      st.in.grant_up_to(self, st.input_slots - st.inputs.size());
+      st.in.grant_up_to(self, st.input_slots - st.inputs.size(), flow::demand_step(st.input_slots));
     return;
   }
   const std::size_t held = st.out->buffer.size() + st.inputs.size();
   const std::size_t slots = st.out->slots();
-  if (held < slots) st.in.grant_up_to(self, slots - held);
+  if (held < slots) st.in.grant_up_to(self, slots - held, flow::demand_step(slots));
 }
 
 std::size_t held(const transform_state& st) {

@@ -6,7 +6,8 @@
 // A second part times a map burning ~1 ms of CPU per element at parallelism 1, 2 and autotune.
 //
 //   build/bench/bench_pipeline [--quick] [--profile] [--records N] [--files K] [--threads T]
-//                              [--scheduler-threads S] [--dir PATH]
+//                              [--scheduler-threads S] [--dir PATH] [--no-burn] [--pipeline-only]
+//                              [--caf "--work-stealing.moderate-sleep-duration=20us"]...
 //   (--dir keeps the files there, for bench/tfdata_reference.py --dir PATH)
 
 #include <sys/resource.h>
@@ -264,9 +265,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   // A map burning ~1 ms per element: what a second worker buys, and what autotune finds from 1.
+  const bool burn = !af::bench::has_flag(argc, argv, "--no-burn");
   const int64_t burn_n = quick ? 300 : 1000;
   std::vector<double> burn1, burn2, burn_auto;
-  for (int r = 0; r < reps; ++r) {
+  for (int r = 0; burn && r < reps; ++r) {
     burn1.push_back(burn_rate(rt, burn_n, 1));
     burn2.push_back(burn_rate(rt, burn_n, 2));
     burn_auto.push_back(burn_rate(rt, burn_n, data::autotune));
@@ -295,11 +297,13 @@ int main(int argc, char** argv) {
   out.add("cores_busy", pipeline_run.cores());
   out.add("raw_loop_cores_busy", raw_run.cores());
   out.add("max_rss_bytes", static_cast<double>(usage.ru_maxrss) * 1024.0);
-  out.add("burn_1ms_parallelism1_elements_per_s", af::bench::median(burn1));
-  out.add("burn_1ms_parallelism2_elements_per_s", af::bench::median(burn2));
-  out.add("burn_1ms_autotune_elements_per_s", af::bench::median(burn_auto));
-  out.add("burn_speedup_parallelism2", af::bench::median(burn2) / af::bench::median(burn1));
-  out.add("burn_speedup_autotune", af::bench::median(burn_auto) / af::bench::median(burn1));
+  if (burn) {
+    out.add("burn_1ms_parallelism1_elements_per_s", af::bench::median(burn1));
+    out.add("burn_1ms_parallelism2_elements_per_s", af::bench::median(burn2));
+    out.add("burn_1ms_autotune_elements_per_s", af::bench::median(burn_auto));
+    out.add("burn_speedup_parallelism2", af::bench::median(burn2) / af::bench::median(burn1));
+    out.add("burn_speedup_autotune", af::bench::median(burn_auto) / af::bench::median(burn1));
+  }
   out.print();
   return 0;
 }
