@@ -19,8 +19,14 @@ struct named_tensor {
 
 /// Where an element came from (a record of a file), so that a stage failing on it later (parsing,
 /// decoding) can name the file, record and byte offset. Shared file name: copying is cheap.
+/// The process's one copy of a file name for element origins. Names are kept for the life of the
+/// process (a few bytes per distinct file read), so that an origin holds a plain pointer: a
+/// reference count shared by every record of a file made each copy an atomic write on a cache line
+/// that bounced between the reading and the consuming cores.
+const std::string* intern_origin_file(std::string_view name);
+
 struct element_origin {
-  std::shared_ptr<const std::string> file;
+  const std::string* file = nullptr;  ///< from intern_origin_file
   int64_t record = -1;  ///< 0-based record index in the file
   int64_t offset = -1;  ///< byte offset of the record's start (in the uncompressed stream)
 

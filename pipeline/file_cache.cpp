@@ -146,7 +146,7 @@ expected<void> check_header(const std::string& path, const tfrecord_record_view&
   return {};
 }
 
-expected<element> decode_element(record_parser& p, std::shared_ptr<const std::string>& last_file) {
+expected<element> decode_element(record_parser& p, const std::string*& last_file) {
   AF_TRY_ASSIGN(uint32_t count, p.get<uint32_t>("field count"));
   element e;
   for (uint32_t i = 0; i < count; ++i) {
@@ -182,8 +182,8 @@ expected<element> decode_element(record_parser& p, std::shared_ptr<const std::st
     AF_TRY_ASSIGN(std::string_view file, p.string("origin file"));
     AF_TRY_ASSIGN(e.origin.record, p.get<int64_t>("origin record"));
     AF_TRY_ASSIGN(e.origin.offset, p.get<int64_t>("origin offset"));
-    if (!last_file || *last_file != file) last_file = std::make_shared<const std::string>(file);
-    e.origin.file = last_file;  // consecutive elements of one file share its name
+    if (!last_file || *last_file != file) last_file = intern_origin_file(file);
+    e.origin.file = last_file;
   }
   if (p.rest() != 0) return p.bad(std::to_string(p.rest()) + " unexpected bytes after the element");
   return e;
@@ -237,7 +237,7 @@ class cache_reader {
 
   std::string path_;
   std::optional<tfrecord_reader> reader_;
-  std::shared_ptr<const std::string> last_file_;
+  const std::string* last_file_ = nullptr;
   uint64_t read_ = 0;
   bool done_ = false;
 };

@@ -33,7 +33,7 @@ class tfrecord_generator {
       if (!reader_) {
         if (next_file_ >= files_.size()) return std::optional<element>{};
         const std::string& path = files_[next_file_++];
-        file_ = std::make_shared<const std::string>(path);
+        file_ = intern_origin_file(path);
         auto opened = tfrecord_reader::open(
             path, {.compression = codec_for(path, options_.codec), .verify_crc = options_.verify_crc});
         if (!opened) {
@@ -69,7 +69,7 @@ class tfrecord_generator {
   bool skip_errors_;
   std::shared_ptr<iteration_state> state_;
   std::size_t next_file_ = 0;
-  std::shared_ptr<const std::string> file_;
+  const std::string* file_ = nullptr;
   std::optional<tfrecord_reader> reader_;
 };
 
