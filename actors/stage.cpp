@@ -43,6 +43,19 @@ pipeline pipeline::from_source(std::string name, generator_factory make, stage_o
   return p;
 }
 
+pipeline pipeline::interleave(std::string name, child_opener_factory open, interleave_options interleave,
+                              stage_options options) {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::interleave;
+  spec->name = std::move(name);
+  spec->options = options;
+  spec->make_opener = std::move(open);
+  spec->interleave = interleave;
+  pipeline p;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
 pipeline pipeline::from_actor(std::string name, caf::actor producer) {
   auto spec = std::make_shared<stage_spec>();
   spec->what = stage_spec::kind::actor;
@@ -107,6 +120,9 @@ std::size_t pipeline::total_slots() const {
   std::size_t n = 0;
   for (const auto& s : stages_)
     if (s->what != stage_spec::kind::actor) n += std::max<std::size_t>(1, s->options.slots);
+  for (const auto& s : stages_)  // each child an interleave keeps open holds its own slots
+    if (s->what == stage_spec::kind::interleave)
+      n += s->interleave.child_slots * (std::max<std::size_t>(1, s->interleave.cycle_length) + s->interleave.open_ahead);
   return n;
 }
 
@@ -118,6 +134,8 @@ std::string pipeline::to_dot() const {
     if (s.what == stage_spec::kind::parallel_map)
       out += "\\nworkers " + std::to_string(s.parallel.parallelism) +
              (s.parallel.deterministic ? ", ordered" : ", unordered");
+    if (s.what == stage_spec::kind::interleave)
+      out += "\\ncycle " + std::to_string(s.interleave.cycle_length) + ", block " + std::to_string(s.interleave.block_length);
     if (s.what != stage_spec::kind::actor) out += "\\nslots " + std::to_string(s.options.slots);
     out += "\"];\n";
     if (i > 0) out += "  s" + std::to_string(i - 1) + " -> s" + std::to_string(i) + ";\n";
@@ -206,6 +224,10 @@ std::unique_ptr<topology::impl> spawn_stages(runtime& rt, const pipeline& p) {
     switch (spec->what) {
       case stage_spec::kind::generator:
         prev = detail::spawn_source(rt.system(), *spec, metrics);
+        state->owned.push_back(prev);
+        break;
+      case stage_spec::kind::interleave:
+        prev = detail::spawn_interleave(rt.system(), *spec, metrics);
         state->owned.push_back(prev);
         break;
       case stage_spec::kind::actor:

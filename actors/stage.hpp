@@ -65,6 +65,29 @@ class stage_operator {
 };
 using operator_factory = std::function<std::unique_ptr<stage_operator>()>;
 
+/// One input stream of an interleave stage: its generator, and whether that generator blocks (on
+/// a nested pipeline, say), in which case it runs on a thread of its own.
+struct child_source {
+  generator_fn gen;
+  bool blocking = false;
+};
+/// Opens the next child stream of an interleave: nullopt once there are no more, an error fails the
+/// stream. Called on the interleave stage's thread: it must not block for long.
+using child_opener = std::function<expected<std::optional<child_source>>()>;
+/// Makes a fresh opener for each launch.
+using child_opener_factory = std::function<child_opener()>;
+
+/// Settings of an interleave stage.
+struct interleave_options {
+  /// Children read at once; the output takes `block_length` elements from each in turn.
+  std::size_t cycle_length = 1;
+  std::size_t block_length = 1;
+  /// Children opened before the cycle needs them (their elements are prepared meanwhile).
+  std::size_t open_ahead = 0;
+  /// Elements each child prepares ahead of the output.
+  std::size_t child_slots = 64;
+};
+
 /// Settings of a parallel map stage.
 struct parallel_options {
   /// Worker actors applying the function concurrently (at least 1).
@@ -103,6 +126,13 @@ class pipeline {
   static pipeline from_actor(std::string name, caf::actor producer);
   /// A source stage pulling from a generator made afresh for each launch.
   static pipeline from_source(std::string name, generator_factory make, stage_options options = {});
+  /// A source stage that interleaves child streams in the order of tf.data's interleave: children
+  /// are opened in turn, `cycle_length` at a time, and `block_length` consecutive elements are taken
+  /// from each before moving to the next; a child that ends is replaced by the next one opened.
+  /// Every child runs as a source stage of its own, so children prepare elements concurrently (on
+  /// the scheduler, or on their own thread when blocking) while the output order stays fixed.
+  static pipeline interleave(std::string name, child_opener_factory open, interleave_options interleave,
+                             stage_options options = {});
   /// This pipeline followed by a transform stage.
   pipeline transform(std::string name, transform_fn fn, stage_options options = {}) const;
   /// This pipeline followed by a stage running a stateful operator (one instance per launch).

@@ -23,7 +23,7 @@ namespace af {
 
 /// One stage of a pipeline description.
 struct stage_spec {
-  enum class kind { generator, actor, transform, parallel_map };
+  enum class kind { generator, actor, transform, parallel_map, interleave };
   kind what = kind::generator;
   std::string name;
   stage_options options;
@@ -32,6 +32,8 @@ struct stage_spec {
   transform_fn fn;             // kind::parallel_map
   parallel_options parallel;   // kind::parallel_map
   caf::actor producer;         // kind::actor
+  child_opener_factory make_opener;  // kind::interleave
+  interleave_options interleave;     // kind::interleave
 };
 
 namespace detail {
@@ -243,6 +245,8 @@ void take_upstream_failure(Self* self, caf::error& err, Run run) {
 /// Spawners, one per actor kind (each in its own translation unit).
 caf::actor spawn_source(caf::actor_system& sys, const stage_spec& spec,
                         std::shared_ptr<stage_metrics> metrics);
+caf::actor spawn_interleave(caf::actor_system& sys, const stage_spec& spec,
+                            std::shared_ptr<stage_metrics> metrics);
 caf::actor spawn_transform(caf::actor_system& sys, const stage_spec& spec, caf::actor upstream,
                            std::shared_ptr<stage_metrics> metrics);
 caf::actor spawn_parallel_map(caf::actor_system& sys, const stage_spec& spec, caf::actor upstream,

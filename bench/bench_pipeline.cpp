@@ -133,11 +133,13 @@ timed_run median_run(std::vector<timed_run> runs) {
 
 // The pipeline under test; returns elements seen.
 int64_t run_pipeline(runtime& rt, const std::vector<std::string>& files, int64_t threads, bool profile = false) {
+  // Each file's records are parsed and decoded where they are read: interleave runs `threads`
+  // files at once, each as its own actor, so the per-record work is spread like the raw loop's.
+  auto parse = data::parse_example_fn(spec());
   auto ds = data::dataset::list_files((fs::path(files.front()).parent_path() / "train-*.tfrecord").string())
-           .interleave([](const element& f) -> expected<data::dataset> { return data::dataset::from_tfrecord(f); },
-                       threads, 16)
-           .map(data::parse_example_fn(spec()), threads, true, "parse")
-           .map(decode, threads, true, "decode")
+           .interleave([parse](const element& f) -> expected<data::dataset> {
+             return data::dataset::from_tfrecord(f).map(parse, 1, true, "parse").map(decode, 1, true, "decode");
+           }, threads, 16)
            .shuffle(shuffle_buffer, 7)
            .batch(batch_size)
            .prefetch(4);

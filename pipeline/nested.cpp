@@ -67,12 +67,47 @@ struct interleave_node final : unary_node {
     return "interleave(cycle " + std::to_string(cycle_length) + ", block " + std::to_string(block_length) + ")";
   }
   pipeline build(const build_context& ctx) const override {
+    if (auto outer = input->inline_source(ctx)) return build_merging(std::move(outer), ctx);
+    return build_sequential(ctx);
+  }
+
+  std::size_t open_ahead() const {
+    return static_cast<std::size_t>(parallelism == autotune ? 1 : std::max<int64_t>(0, parallelism - cycle_length));
+  }
+
+  // The input generates in place (file lists, ranges): an interleave stage opens the children and
+  // each runs as a source stage of its own, concurrently; a child that is itself an inline chain
+  // (a file and its per-record maps) runs whole on one scheduler thread.
+  pipeline build_merging(generator_factory outer_factory, const build_context& ctx) const {
+    auto make = fn;
+    auto opener = [outer_factory, make, ctx]() -> child_opener {
+      auto outer = std::make_shared<generator_fn>(outer_factory());
+      return [outer, make, ctx]() -> expected<std::optional<child_source>> {
+        auto next = (*outer)();
+        if (!next) return next.error_value();
+        if (!next->has_value()) return std::optional<child_source>{};
+        auto child = call_user([&] { return make(**next); }, std::string{"interleave function"});
+        if (!child) return with_origin(child.error_value(), (*next)->origin);
+        if (auto inline_child = child->root()->inline_source(ctx)) return std::optional<child_source>{child_source{inline_child(), false}};
+        // Anything else runs as a nested pipeline read by a blocking generator: its own thread.
+        return std::optional<child_source>{child_source{open_nested(*child->root(), ctx), true}};
+      };
+    };
+    return pipeline::interleave("interleave", opener,
+                                {.cycle_length = static_cast<std::size_t>(cycle_length),
+                                 .block_length = static_cast<std::size_t>(block_length),
+                                 .open_ahead = open_ahead(),
+                                 .child_slots = element_slots},
+                                {.slots = element_slots});
+  }
+
+  // The input is itself a pipeline of stages: one stage reads it and the children, blocking.
+  pipeline build_sequential(const build_context& ctx) const {
     auto in = input;
     auto make = fn;
     const auto cycle = static_cast<std::size_t>(cycle_length);
     const auto block = block_length;
-    const auto open_ahead = static_cast<std::size_t>(
-        parallelism == autotune ? 1 : std::max<int64_t>(0, parallelism - cycle_length));
+    const auto open_ahead = this->open_ahead();
     return pipeline::from_source(
         "interleave",
         [in, make, cycle, block, open_ahead, ctx] {

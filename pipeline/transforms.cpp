@@ -29,21 +29,28 @@ operator_factory stateless(F fn) {
 
 // -- map and filter -----------------------------------------------------------------------------
 
-// Applies `fn`; an error names the element's origin, or becomes a counted skip below ignore_errors.
-transform_fn guarded_map(map_fn fn, std::string name, const build_context& ctx) {
-  return [fn = std::move(fn), name = std::move(name), skip = ctx.skip_errors,
-          state = ctx.state](element input) -> expected<std::vector<element>> {
-    element_origin origin = input.origin;
-    auto made = call_user([&] { return fn(std::move(input)); }, name + " function");
-    if (!made) {
-      const error err = with_origin(made.error_value(), origin);
-      if (!skip) return err;
-      state->skip(err);
-      return std::vector<element>{};
-    }
-    if (!made->origin.known()) made->origin = std::move(origin);
+// Applies `fn`; an error names the element's origin, or becomes a counted skip (nullopt) below
+// ignore_errors. `what` names the function in errors.
+expected<std::optional<element>> map_one(const map_fn& fn, const std::string& what, const build_context& ctx,
+                                         element input) {
+  element_origin origin = input.origin;
+  auto made = call_user([&] { return fn(std::move(input)); }, what);
+  if (!made) {
+    const error err = with_origin(made.error_value(), origin);
+    if (!ctx.skip_errors) return err;
+    ctx.state->skip(err);
+    return std::optional<element>{};
+  }
+  if (!made->origin.known()) made->origin = origin;
+  return std::optional<element>{std::move(*made)};
+}
+
+transform_fn guarded_map(map_fn fn, const std::string& name, const build_context& ctx) {
+  return [fn = std::move(fn), what = name + " function", ctx](element input) -> expected<std::vector<element>> {
+    auto made = map_one(fn, what, ctx, std::move(input));
+    if (!made) return made.error_value();
     std::vector<element> out;
-    out.push_back(std::move(*made));
+    if (*made) out.push_back(std::move(**made));
     return out;
   };
 }
@@ -59,6 +66,23 @@ struct map_node final : unary_node {
     if (parallelism == 1) return name;
     return name + " (parallelism " + (parallelism == autotune ? std::string{"autotune"} : std::to_string(parallelism)) +
            (deterministic ? ")" : ", unordered)");
+  }
+  // A sequential map over an inline source is inline too: it runs where the source runs (in an
+  // interleave child, on the thread that read the record, while the record is in its cache).
+  generator_factory inline_source(const build_context& ctx) const override {
+    if (parallelism != 1) return nullptr;
+    auto up = input->inline_source(ctx);
+    if (!up) return nullptr;
+    return [up, f = fn, what = name + " function", ctx] {
+      return generator_fn{[gen = up(), f, what, ctx]() mutable -> expected<std::optional<element>> {
+        for (;;) {
+          auto next = gen();
+          if (!next || !next->has_value()) return next;
+          auto made = map_one(f, what, ctx, std::move(**next));
+          if (!made || made->has_value()) return made;
+        }
+      }};
+    };
   }
   // Consecutive maps with the same parallelism and ordering run as one stage (map fusion): one
   // hop between actors per element instead of one per map.

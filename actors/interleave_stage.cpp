@@ -1,0 +1,256 @@
+// An interleave stage: a source that merges child streams in the order of tf.data's interleave.
+// Each child is a source stage actor of its own (on the scheduler, or on its own thread when its
+// generator blocks) that prepares up to `child_slots` elements under the flow protocol; this actor
+// only routes their batches into the fixed output order. Children thus work concurrently, each on
+// one thread from reading to its last inline transformation, and no thread ever waits on another.
+//
+// Order: the cycle holds up to `cycle_length` children; the output takes `block_length` elements
+// from the child at the cursor, then moves to the next cycle position. A child that ends frees its
+// position (the cursor moves on); an empty position is filled from the children opened ahead, else
+// by opening the next one. A child's failure surfaces when the cursor reaches it with nothing
+// before it, exactly where a sequential interleave would have met it.
+
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include <algorithm>
+#include <optional>
+
+#include "actors/stage_actor.hpp"
+
+namespace af::detail {
+
+namespace {
+
+struct child_stream {
+  caf::actor producer;  // null: this cycle position holds no child
+  flow::inbound in;
+  std::deque<element> ready;
+  bool ended = false;
+  caf::error failure;
+};
+
+struct interleave_state {
+  child_opener open;
+  interleave_options options;
+  std::unique_ptr<stage_output> out;
+  std::vector<child_stream> cycle;
+  std::deque<child_stream> ahead;
+  bool outer_done = false;
+  std::size_t cursor = 0;
+  std::size_t in_block = 0;
+  uint64_t children_opened = 0;
+  bool step_pending = false;
+};
+
+using interleave_actor = caf::stateful_actor<interleave_state>;
+
+// Spawns the next child as a source stage and asks it for its first elements; nullopt once the
+// input is exhausted (then outer_done), an error when opening failed.
+expected<std::optional<child_stream>> open_child(interleave_actor* self) {
+  auto& st = self->state;
+  if (st.outer_done) return std::optional<child_stream>{};
+  auto opened = call_guarded([&] { return st.open(); }, "interleave input");
+  if (!opened) return opened.error_value();
+  if (!opened->has_value()) {
+    st.outer_done = true;
+    return std::optional<child_stream>{};
+  }
+  stage_spec spec;
+  spec.what = stage_spec::kind::generator;
+  spec.name = st.out->name + "/child " + std::to_string(st.children_opened++);
+  spec.options = {.slots = st.options.child_slots, .detached = (*opened)->blocking};
+  spec.make_gen = [gen = std::move((*opened)->gen)] { return gen; };
+  child_stream child;
+  child.producer = spawn_source(self->system(), spec, std::make_shared<stage_metrics>(spec.name));
+  child.in = flow::inbound{child.producer};
+  child.in.attach(self);
+  child.in.grant_up_to(self, st.options.child_slots);
+  return std::optional<child_stream>{std::move(child)};
+}
+
+child_stream* find_child(interleave_state& st, const caf::actor_addr& who) {
+  for (auto& c : st.cycle)
+    if (c.producer && c.producer.address() == who) return &c;
+  for (auto& c : st.ahead)
+    if (c.producer.address() == who) return &c;
+  return nullptr;
+}
+
+void stop_children(interleave_actor* self) {
+  auto& st = self->state;
+  for (auto& c : st.cycle)
+    if (c.producer) c.in.cancel(self);
+  for (auto& c : st.ahead) c.in.cancel(self);
+  st.cycle.clear();
+  st.ahead.clear();
+}
+
+void finish(interleave_actor* self) {
+  stop_children(self);
+  self->quit();
+}
+
+void advance(interleave_state& st) {
+  st.in_block = 0;
+  st.cursor = (st.cursor + 1) % st.cycle.size();
+}
+
+// Moves elements into the output in interleave order until the output is full or the child at
+// the cursor has nothing ready yet. Returns true when it waits for a child.
+bool merge(interleave_actor* self) {
+  auto& st = self->state;
+  auto& out = *st.out;
+  while (!out.has_terminal() && out.free_slots() > 0) {
+    while (st.ahead.size() < st.options.open_ahead && !st.outer_done) {
+      auto child = open_child(self);
+      if (!child) {
+        out.set_terminal(out.stage_error(child.error_value()));
+        return false;
+      }
+      if (*child) st.ahead.push_back(std::move(**child));
+    }
+    auto& slot = st.cycle[st.cursor];
+    if (slot.producer) {
+      if (!slot.ready.empty()) {
+        out.buffer.push_back(std::move(slot.ready.front()));
+        slot.ready.pop_front();
+        if (++st.in_block >= st.options.block_length) advance(st);
+        continue;
+      }
+      if (slot.failure) {
+        out.set_terminal(std::move(slot.failure));
+        return false;
+      }
+      if (!slot.ended) return true;
+      slot = child_stream{};  // it ended and is drained: the position is free
+      advance(st);
+      continue;
+    }
+    if (!st.ahead.empty()) {
+      slot = std::move(st.ahead.front());
+      st.ahead.pop_front();
+      continue;
+    }
+    if (!st.outer_done) {
+      auto child = open_child(self);
+      if (!child) {
+        out.set_terminal(out.stage_error(child.error_value()));
+        return false;
+      }
+      if (*child) slot = std::move(**child);
+      continue;
+    }
+    const bool any_open = std::any_of(st.cycle.begin(), st.cycle.end(), [](const child_stream& c) { return c.producer; });
+    if (!any_open) {
+      out.set_terminal(caf::error{});
+      return false;
+    }
+    advance(st);
+  }
+  return false;
+}
+
+void run(interleave_actor* self) {
+  auto& st = self->state;
+  auto& out = *st.out;
+  out.act.leave();
+  const bool waiting = merge(self);
+  if (out.flush(self)) {
+    finish(self);
+    return;
+  }
+  std::size_t held = out.buffer.size();
+  auto top_up = [&](child_stream& c) {
+    held += c.ready.size();
+    if (c.producer && !c.ended && c.ready.size() < st.options.child_slots)
+      c.in.grant_up_to(self, st.options.child_slots - c.ready.size(), flow::demand_step(st.options.child_slots));
+  };
+  for (auto& c : st.cycle) top_up(c);
+  for (auto& c : st.ahead) top_up(c);
+  out.rest(waiting, held);
+}
+
+void on_child_batch(interleave_actor* self, std::vector<element>& items) {
+  auto& st = self->state;
+  child_stream* c = find_child(st, self->current_sender() ? self->current_sender()->address() : caf::actor_addr{});
+  if (!c || c->in.closed()) return;  // a child we cancelled already
+  if (auto err = c->in.on_batch(items, st.out->name)) {
+    c->failure = std::move(err);
+    c->in.cancel(self);
+  } else {
+    st.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
+    for (auto& e : items) c->ready.push_back(std::move(e));
+  }
+  run(self);
+}
+
+void on_child_done(interleave_actor* self, caf::error err) {
+  auto& st = self->state;
+  child_stream* c = find_child(st, self->current_sender() ? self->current_sender()->address() : caf::actor_addr{});
+  if (!c || c->in.closed()) return;
+  c->in.close();
+  c->ended = true;
+  c->failure = std::move(err);
+  run(self);
+}
+
+caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::shared_ptr<stage_metrics> metrics) {
+  auto& st = self->state;
+  st.options = spec.interleave;
+  st.options.cycle_length = std::max<std::size_t>(1, st.options.cycle_length);
+  st.options.block_length = std::max<std::size_t>(1, st.options.block_length);
+  st.options.child_slots = std::max<std::size_t>(1, st.options.child_slots);
+  st.cycle.resize(st.options.cycle_length);
+  st.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
+  std::string why;
+  st.open = make_or_explain(spec.make_opener, why);
+  if (!st.open) {
+    const error err = make_error(errc::invalid_argument, "interleave input factory " + why);
+    st.open = [err]() -> expected<std::optional<child_source>> { return err; };
+  }
+  self->set_down_handler([self](const caf::down_msg& msg) {
+    auto& s = self->state;
+    if (msg.source == s.out->port.consumer().address()) {
+      finish(self);  // the consumer is gone: same as its cancel
+      return;
+    }
+    child_stream* c = find_child(s, msg.source);
+    if (!c || c->in.closed()) return;  // ended normally before it went down
+    c->in.close();
+    c->ended = true;
+    c->failure = make_caf_error(errc::peer_down, "stage '" + s.out->name + "': a child stream terminated without end (" +
+                                                     to_string(msg.reason) + ")");
+    run(self);
+  });
+  schedule_step(self);
+  return {
+      [self](flow::batch_atom, std::vector<element>& items) { on_child_batch(self, items); },
+      [self](flow::end_atom) { on_child_done(self, caf::error{}); },
+      [self](flow::fail_atom, caf::error& err) { on_child_done(self, std::move(err)); },
+      [self](flow::demand_atom, uint64_t n) {
+        if (accept_demand(self, *self->state.out, n)) run(self);
+      },
+      [self](flow::cancel_atom) { finish(self); },
+      [self](step_atom) {
+        self->state.step_pending = false;
+        run(self);
+      },
+      [self](tune_atom, uint64_t slots, uint64_t) {
+        if (slots) self->state.out->set_slots(static_cast<std::size_t>(slots));
+        run(self);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_interleave(caf::actor_system& sys, const stage_spec& spec, std::shared_ptr<stage_metrics> metrics) {
+  // Opening children must not block (the pipeline layer only builds this stage over inputs that
+  // generate in place): the stage stays on the scheduler.
+  return sys.spawn(interleave_stage, spec, std::move(metrics));
+}
+
+}  // namespace af::detail
