@@ -1,5 +1,5 @@
 // Input pipeline throughput: TFRecord files of Examples (a 32x32x3 uint8 image and an int64 label)
-// read with interleave -> parse -> decode (float32 / 255, random horizontal flip) -> shuffle(10000)
+// read with interleave(read -> parse -> decode (float32 / 255, random horizontal flip)) -> shuffle(10000)
 // -> batch(256) -> prefetch, against the same work as a hand-written loop on the same number of
 // threads (no actors), measured in the same run.
 //
