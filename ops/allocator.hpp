@@ -63,7 +63,10 @@ expected<std::shared_ptr<allocator>> make_cpu_allocator(allocator_options option
 
 /// The CPU allocator used when none is given: this thread's allocator_scope if one is active,
 /// else the process-wide one.
-std::shared_ptr<allocator> cpu_allocator();
+/// The reference stays valid on this thread until the scope or the process-wide allocator changes;
+/// returning it uncopied spares each tensor an atomic reference count round trip on a count that
+/// every thread shares.
+const std::shared_ptr<allocator>& cpu_allocator();
 
 /// While alive, allocations on this thread that name no allocator come from `alloc` (a device
 /// actor wraps each kernel call in one, so outputs and temporaries count against its limit

@@ -63,7 +63,7 @@ expected<tensor> tensor::empty(const af::shape& dims, dtype type, const std::sha
   for (auto d : dims)
     if (d < 0)
       return make_error(errc::invalid_argument, "empty: negative dimension in shape " + af::to_string(dims));
-  auto owner = alloc ? alloc : cpu_allocator();
+  const std::shared_ptr<allocator>& owner = alloc ? alloc : cpu_allocator();
   auto buf = owner->allocate(static_cast<std::size_t>(af::numel(dims)) * size_of(type));
   if (!buf) return std::move(buf).error_value();
   return tensor{type, dims, contiguous_strides(dims), 0, std::move(*buf)};
