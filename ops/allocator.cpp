@@ -1,6 +1,7 @@
 #include "ops/allocator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <vector>
 #include <cstdlib>
@@ -53,39 +54,125 @@ class cpu_allocator_base : public allocator {
   allocator_stats stats_;
 };
 
+// Freed blocks up to this size also wait in a per-thread cache, so that a thread that frees and
+// allocates blocks of one size (a pipeline stage making a tensor per element) takes no lock.
+constexpr std::size_t thread_cached_max_block = std::size_t{256} << 10;
+constexpr std::size_t thread_bin_blocks = 32;  // blocks one thread keeps per size
+constexpr std::size_t thread_bins = 8;         // sizes one thread keeps
+std::atomic<uint64_t> next_allocator_id{1};
+
+class cpu_caching_allocator;
+
+// One size of one allocator in one thread's cache.
+struct thread_bin {
+  uint64_t owner = 0;  // the allocator's id (never reused); 0: unused
+  std::weak_ptr<allocator> alive;
+  std::size_t size = 0;
+  std::vector<void*> blocks;
+  uint64_t last_use = 0;
+};
+
+// This thread's bins. Blocks go back to their allocator when a bin is evicted or the thread ends
+// (or to the system when the allocator is gone by then).
+struct thread_cache {
+  std::array<thread_bin, thread_bins> bins;
+  uint64_t tick = 0;
+  ~thread_cache();
+  thread_bin* find(uint64_t owner, std::size_t size) {
+    for (auto& b : bins)
+      if (b.owner == owner && b.size == size) {
+        b.last_use = ++tick;
+        return &b;
+      }
+    return nullptr;
+  }
+  thread_bin& claim(uint64_t owner, std::size_t size, std::weak_ptr<allocator> alive);
+  void flush(thread_bin& bin);
+};
+
+thread_local thread_cache this_thread_cache;
+// Set once this thread's cache is destroyed (thread exit): a block freed later by another
+// thread-local's destructor goes to the shared cache instead.
+thread_local bool this_thread_cache_gone = false;
+
 // Caches freed blocks by size class and hands them out again: after warm-up a steady pipeline
-// allocates nothing from the system and the lock guards a few vector operations only. Each block
-// carries its size in a header just before the address handed out, so freeing looks nothing up.
+// allocates nothing from the system. Each block carries its size in a header just before the
+// address handed out, so freeing looks nothing up. Without a memory limit, small blocks are also
+// cached per thread (a limit needs every cached block where drop_cache can reach it).
 class cpu_caching_allocator final : public cpu_allocator_base {
  public:
   using cpu_allocator_base::cpu_allocator_base;
 
+  allocator_stats stats() const override {
+    allocator_stats s;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      s = stats_;
+    }
+    s.bytes_in_use = hot_.in_use.load(std::memory_order_relaxed);
+    s.peak_bytes_in_use = hot_.peak.load(std::memory_order_relaxed);
+    s.bytes_cached = hot_.cached.load(std::memory_order_relaxed);
+    s.allocations = hot_.allocations.load(std::memory_order_relaxed);
+    s.deallocations = hot_.deallocations.load(std::memory_order_relaxed);
+    s.cache_hits = hot_.hits.load(std::memory_order_relaxed);
+    return s;
+  }
+  void reset_peak() override { hot_.peak.store(hot_.in_use.load(std::memory_order_relaxed), std::memory_order_relaxed); }
   void release_cached() override {
+    for (auto& bin : this_thread_cache.bins)
+      if (bin.owner == id_) this_thread_cache.flush(bin);
     std::lock_guard<std::mutex> guard{mtx_};
     drop_cache();
   }
   ~cpu_caching_allocator() override { drop_cache(); }
 
+  // Takes blocks of `size` back from a thread's cache.
+  void give_back(std::size_t size, std::vector<void*>& blocks) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto& list = cache_[size];
+    list.insert(list.end(), blocks.begin(), blocks.end());
+    blocks.clear();
+  }
+  static void free_to_system(void* ptr) noexcept { std::free(static_cast<char*>(ptr) - header); }
+
  protected:
   expected<void*> allocate_block(std::size_t nbytes) override {
-    std::size_t size = round_size(nbytes);
+    const std::size_t size = round_size(nbytes);
+    hot_.allocations.fetch_add(1, std::memory_order_relaxed);
+    thread_bin* bin = nullptr;
+    if (threaded(size)) {
+      bin = this_thread_cache.find(id_, size);
+      if (bin && !bin->blocks.empty()) {
+        void* ptr = bin->blocks.back();
+        bin->blocks.pop_back();
+        note_hit(size);
+        return ptr;
+      }
+      if (!bin) bin = &claim_bin(size);  // before the lock: claiming may give blocks back to us
+    }
     std::lock_guard<std::mutex> guard{mtx_};
-    ++stats_.allocations;
+    if (bin) {
+      // Take a few more of this size into the thread's cache for the next allocations.
+      auto it = cache_.find(size);
+      while (it != cache_.end() && it->second.size() > 1 && bin->blocks.size() < thread_bin_blocks / 2) {
+        bin->blocks.push_back(it->second.back());
+        it->second.pop_back();
+      }
+    }
     // Reuse a cached block that is not much larger than asked for.
     for (auto it = cache_.lower_bound(size); it != cache_.end() && it->first <= size + size / 4 + 4096; ++it) {
       if (it->second.empty()) continue;
       void* ptr = it->second.back();
       it->second.pop_back();
-      stats_.bytes_cached -= it->first;
-      ++stats_.cache_hits;
-      note_in_use(it->first);
+      note_hit(it->first);
       return ptr;
     }
-    if (options_.memory_limit && stats_.bytes_reserved + size > options_.memory_limit) drop_cache();
+    const std::size_t reserved = stats_.bytes_reserved;
+    if (options_.memory_limit && reserved + size > options_.memory_limit) drop_cache();
     if (options_.memory_limit && stats_.bytes_reserved + size > options_.memory_limit)
       return make_error(errc::out_of_memory,
                         options_.name + " allocator: cannot allocate " + describe(nbytes) + " with " +
-                            describe(stats_.bytes_in_use) + " in use under a limit of " +
+                            describe(hot_.in_use.load(std::memory_order_relaxed)) + " in use under a limit of " +
                             describe(options_.memory_limit));
     auto* base = static_cast<char*>(std::aligned_alloc(alignment, size + header));
     if (!base)
@@ -101,16 +188,55 @@ class cpu_caching_allocator final : public cpu_allocator_base {
   void free_block(void* ptr, std::size_t) noexcept override {
     if (!ptr) return;
     const std::size_t block = block_size(ptr);
+    hot_.deallocations.fetch_add(1, std::memory_order_relaxed);
+    hot_.in_use.fetch_sub(block, std::memory_order_relaxed);
+    hot_.cached.fetch_add(block, std::memory_order_relaxed);
+    if (threaded(block)) {
+      thread_bin* bin = this_thread_cache.find(id_, block);
+      if (!bin) bin = &claim_bin(block);
+      if (bin->blocks.size() < thread_bin_blocks) {
+        bin->blocks.push_back(ptr);
+        return;
+      }
+      // Full: half of it goes back in one locked step.
+      std::lock_guard<std::mutex> guard{mtx_};
+      auto& list = cache_[block];
+      for (std::size_t k = 0; k < thread_bin_blocks / 2; ++k) {
+        list.push_back(bin->blocks.back());
+        bin->blocks.pop_back();
+      }
+      bin->blocks.push_back(ptr);
+      return;
+    }
     std::lock_guard<std::mutex> guard{mtx_};
-    ++stats_.deallocations;
-    stats_.bytes_in_use -= block;
-    stats_.bytes_cached += block;
     cache_[block].push_back(ptr);
   }
 
  private:
   // Room before each block for its size, keeping the block itself aligned.
   static constexpr std::size_t header = alignment;
+
+  // Counters every allocation and free touches, kept off the lock (one cache line).
+  struct alignas(64) hot_counters {
+    std::atomic<std::size_t> in_use{0}, peak{0}, cached{0}, allocations{0}, deallocations{0}, hits{0};
+  };
+
+  bool threaded(std::size_t size) const noexcept {
+    return options_.memory_limit == 0 && size <= thread_cached_max_block && !this_thread_cache_gone;
+  }
+  thread_bin& claim_bin(std::size_t size) { return this_thread_cache.claim(id_, size, weak_from_this()); }
+
+  void note_in_use(std::size_t block) {
+    const std::size_t now = hot_.in_use.fetch_add(block, std::memory_order_relaxed) + block;
+    std::size_t peak = hot_.peak.load(std::memory_order_relaxed);
+    while (now > peak && !hot_.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void note_hit(std::size_t block) {
+    hot_.hits.fetch_add(1, std::memory_order_relaxed);
+    hot_.cached.fetch_sub(block, std::memory_order_relaxed);
+    note_in_use(block);
+  }
 
   static std::size_t block_size(void* ptr) noexcept {
     std::size_t size = 0;
@@ -119,16 +245,54 @@ class cpu_caching_allocator final : public cpu_allocator_base {
   }
 
   void drop_cache() {
+    std::size_t dropped = 0;
     for (auto& [size, blocks] : cache_) {
-      for (void* ptr : blocks) std::free(static_cast<char*>(ptr) - header);
+      for (void* ptr : blocks) free_to_system(ptr);
       stats_.bytes_reserved -= size * blocks.size();
+      dropped += size * blocks.size();
     }
-    stats_.bytes_cached = 0;
+    hot_.cached.fetch_sub(std::min(dropped, hot_.cached.load(std::memory_order_relaxed)), std::memory_order_relaxed);
     cache_.clear();
   }
 
+  const uint64_t id_ = next_allocator_id.fetch_add(1, std::memory_order_relaxed);
+  hot_counters hot_;
   std::map<std::size_t, std::vector<void*>> cache_;  // block size -> free blocks of that size
 };
+
+void thread_cache::flush(thread_bin& bin) {
+  if (!bin.blocks.empty()) {
+    if (auto owner = bin.alive.lock())
+      static_cast<cpu_caching_allocator*>(owner.get())->give_back(bin.size, bin.blocks);
+    for (void* ptr : bin.blocks) cpu_caching_allocator::free_to_system(ptr);  // its allocator is gone
+    bin.blocks.clear();
+  }
+  bin.owner = 0;
+  bin.alive.reset();
+}
+
+thread_bin& thread_cache::claim(uint64_t owner, std::size_t size, std::weak_ptr<allocator> alive) {
+  thread_bin* pick = &bins[0];
+  for (auto& b : bins) {
+    if (b.owner == 0) {
+      pick = &b;
+      break;
+    }
+    if (b.last_use < pick->last_use) pick = &b;
+  }
+  flush(*pick);
+  pick->owner = owner;
+  pick->alive = std::move(alive);
+  pick->size = size;
+  pick->blocks.reserve(thread_bin_blocks);
+  pick->last_use = ++tick;
+  return *pick;
+}
+
+thread_cache::~thread_cache() {
+  this_thread_cache_gone = true;
+  for (auto& b : bins) flush(b);
+}
 
 // One arena reserved and touched at start; best-fit sub-allocation with coalescing of free ranges.
 class cpu_arena_allocator final : public cpu_allocator_base {

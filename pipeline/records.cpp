@@ -2,7 +2,8 @@
 
 #include "pipeline/records.hpp"
 
-#include <mutex>
+#include <atomic>
+#include <utility>
 
 #include "pipeline/node.hpp"
 #include "serialization/tfrecord.hpp"
@@ -92,30 +93,26 @@ struct tfrecord_node final : source_node {
   }
 };
 
-// Parsers keep scratch space: one per concurrent caller, reused.
+// Parsers keep scratch space: each thread keeps its own copy per pool (no lock per record), for
+// the few pools it used last.
+std::atomic<uint64_t> next_parser_pool_id{1};
+
 class parser_pool {
  public:
   explicit parser_pool(example_parser prototype) : prototype_(std::move(prototype)) {}
-  expected<element> parse(std::string_view bytes) {
-    std::optional<example_parser> parser;
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      if (!idle_.empty()) {
-        parser.emplace(std::move(idle_.back()));
-        idle_.pop_back();
-      }
-    }
-    if (!parser) parser.emplace(prototype_);
-    auto parsed = parser->parse(bytes);
-    std::lock_guard<std::mutex> guard{mtx_};
-    idle_.push_back(std::move(*parser));
-    return parsed;
+  expected<element> parse(std::string_view bytes) const {
+    constexpr std::size_t pools_per_thread = 4;
+    thread_local std::vector<std::pair<uint64_t, example_parser>> mine;
+    for (auto& [id, parser] : mine)
+      if (id == id_) return parser.parse(bytes);
+    if (mine.size() >= pools_per_thread) mine.erase(mine.begin());
+    mine.emplace_back(id_, prototype_);
+    return mine.back().second.parse(bytes);
   }
 
  private:
-  std::mutex mtx_;
+  const uint64_t id_ = next_parser_pool_id.fetch_add(1, std::memory_order_relaxed);  // never reused
   example_parser prototype_;
-  std::vector<example_parser> idle_;
 };
 
 }  // namespace

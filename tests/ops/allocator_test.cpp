@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -130,4 +133,74 @@ TEST_CASE("an allocator scope routes this thread's default allocations and nests
     CHECK(outer->stats().allocations == 2);
   }
   CHECK(af::cpu_allocator() != outer);
+}
+
+TEST_CASE("blocks handed between threads keep the statistics consistent and all return at the end",
+          "[cpu][allocator]") {
+  auto alloc = *af::make_cpu_allocator();  // no limit: small blocks also wait in per-thread caches
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::deque<af::tensor> handed;
+  bool done = false;
+  std::thread producer([&] {
+    std::mt19937 gen(3);
+    for (int i = 0; i < 20000; ++i) {
+      auto t = af::tensor::empty({static_cast<int64_t>(64 + gen() % 3 * 4096)}, af::dtype::u8, alloc);
+      REQUIRE(t);
+      std::unique_lock<std::mutex> lock{mtx};
+      cv.wait(lock, [&] { return handed.size() < 64; });
+      handed.push_back(std::move(*t));
+      cv.notify_all();
+    }
+    std::lock_guard<std::mutex> lock{mtx};
+    done = true;
+    cv.notify_all();
+  });
+  std::thread consumer([&] {  // frees what the producer allocated
+    for (;;) {
+      std::unique_lock<std::mutex> lock{mtx};
+      cv.wait(lock, [&] { return !handed.empty() || done; });
+      if (handed.empty()) return;
+      handed.pop_front();
+      cv.notify_all();
+    }
+  });
+  producer.join();
+  consumer.join();
+  auto stats = alloc->stats();
+  CHECK(stats.bytes_in_use == 0);
+  CHECK(stats.allocations == 20000);
+  CHECK(stats.allocations == stats.deallocations);
+  CHECK(stats.cache_hits + stats.cache_misses == stats.allocations);
+  CHECK(stats.bytes_cached == stats.bytes_reserved);  // the exited threads gave their blocks back
+  CHECK(stats.cache_misses < 1000);                   // blocks came back around, not from the system
+  alloc->release_cached();
+  CHECK(alloc->stats().bytes_reserved == 0);
+}
+
+TEST_CASE("a thread may keep cached blocks of an allocator that is gone", "[cpu][allocator]") {
+  auto alloc = *af::make_cpu_allocator();
+  std::mutex mtx;
+  std::condition_variable cv;
+  int step = 0;
+  std::thread worker([&] {
+    for (int i = 0; i < 10; ++i) (void)af::tensor::empty({1000}, af::dtype::f32, alloc);  // freed into this thread's cache
+    std::unique_lock<std::mutex> lock{mtx};
+    step = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return step == 2; });
+  });  // exits after the allocator is destroyed: its cached block goes to the system
+  {
+    std::unique_lock<std::mutex> lock{mtx};
+    cv.wait(lock, [&] { return step == 1; });
+  }
+  std::weak_ptr<af::allocator> gone = alloc;
+  alloc.reset();
+  CHECK(gone.expired());
+  {
+    std::lock_guard<std::mutex> lock{mtx};
+    step = 2;
+    cv.notify_all();
+  }
+  worker.join();
 }
