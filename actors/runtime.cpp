@@ -20,12 +20,6 @@ class actorflow_config : public caf::actor_system_config {
  public:
   explicit actorflow_config(const runtime_options& options) {
     configure_actor_system(*this);
-    // An idle scheduler thread naps between polls and steals only every few naps; a stage that
-    // runs for a millisecond (stacking a batch) then holds back the actors queued behind it on its
-    // thread while the other thread sleeps. Stealing at every nap, with shorter naps, kept the
-    // input pipeline bench ~10% closer to its raw loop. caf_args may still override both.
-    set("work-stealing.moderate-steal-interval", size_t{1});
-    set("work-stealing.moderate-sleep-duration", caf::timespan{std::chrono::microseconds{10}});
     if (!options.caf_args.empty()) parse(options.caf_args);
     const int threads = options.scheduler_threads > 0
                             ? options.scheduler_threads
