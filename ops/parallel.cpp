@@ -52,8 +52,12 @@ class worker_pool {
     }
     wake_.notify_all();
     j.work();
-    std::unique_lock<std::mutex> lock{j.mtx};
-    j.all_done.wait(lock, [&] { return j.finished.load() == j.chunks; });
+    {
+      // Released before waiting for the workers below: the worker that ran the last chunk takes
+      // j.mtx to notify, possibly after we already saw `finished` complete.
+      std::unique_lock<std::mutex> lock{j.mtx};
+      j.all_done.wait(lock, [&] { return j.finished.load() == j.chunks; });
+    }
     // Workers that popped a ticket after all chunks ran touch only `next`; drop stale tickets so
     // no worker can see `j` after we return.
     std::unique_lock<std::mutex> guard{mtx_};
