@@ -20,6 +20,10 @@ class actorflow_config : public caf::actor_system_config {
  public:
   explicit actorflow_config(const runtime_options& options) {
     configure_actor_system(*this);
+    if (options.eager_stealing) {
+      set("work-stealing.moderate-steal-interval", size_t{1});
+      set("work-stealing.moderate-sleep-duration", caf::timespan{std::chrono::microseconds{10}});
+    }
     if (!options.caf_args.empty()) parse(options.caf_args);
     const int threads = options.scheduler_threads > 0
                             ? options.scheduler_threads

@@ -6,7 +6,7 @@
 // A second part times a map burning ~1 ms of CPU per element at parallelism 1, 2 and autotune.
 //
 //   build/bench/bench_pipeline [--quick] [--profile] [--records N] [--files K] [--threads T]
-//                              [--scheduler-threads S] [--dir PATH] [--no-burn] [--pipeline-only]
+//                              [--scheduler-threads S] [--dir PATH] [--no-burn] [--pipeline-only | --raw-only]
 //                              [--caf "--work-stealing.moderate-sleep-duration=20us"]...
 //   (--dir keeps the files there, for bench/tfdata_reference.py --dir PATH)
 
@@ -248,6 +248,14 @@ int main(int argc, char** argv) {
       auto run = time_run([&] { pipeline_seen = run_pipeline(rt, paths, threads); });
       std::printf("pipeline only: %.0f elements/s, %.2f us CPU per element, %.2f cores busy\n",
                   static_cast<double>(pipeline_seen) / run.wall_s, run.cpu_us_per(pipeline_seen), run.cores());
+    }
+    return 0;
+  }
+  if (af::bench::has_flag(argc, argv, "--raw-only")) {  // the baseline alone, for the same profilers
+    for (int r = 0; r < reps; ++r) {
+      auto run = time_run([&] { raw_seen = run_raw_loop(paths, threads); });
+      std::printf("raw loop only: %.0f elements/s, %.2f us CPU per element, %.2f cores busy\n",
+                  static_cast<double>(raw_seen) / run.wall_s, run.cpu_us_per(raw_seen), run.cores());
     }
     return 0;
   }
