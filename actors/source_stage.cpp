@@ -67,7 +67,8 @@ generator_fn call_make(const stage_spec& spec) {
 caf::behavior source_stage(source_actor* self, stage_spec spec,
                            std::shared_ptr<stage_metrics> metrics) {
   self->state.gen = call_make(spec);
-  self->state.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
+  self->state.out =
+      std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics), spec.adds_to_shared_metrics);
   self->set_down_handler([self](const caf::down_msg& msg) {
     // Only the consumer is monitored: its death is a cancel.
     if (msg.source == self->state.out->port.consumer().address()) self->quit();

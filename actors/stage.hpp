@@ -113,6 +113,9 @@ struct stage_counters {
   uint64_t buffered = 0;   ///< elements held right now
   uint64_t slots = 0;      ///< output slots now (autotune may change them)
   uint64_t parallelism = 1;  ///< workers now (parallel map stages; 1 elsewhere)
+  /// Stages running inside this one, summed: an interleave's children (reading and whatever
+  /// transformations run inside them), whose parallelism is the cycle length. Empty elsewhere.
+  std::vector<stage_counters> inner;
 };
 
 struct stage_spec;

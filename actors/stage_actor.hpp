@@ -34,6 +34,7 @@ struct stage_spec {
   caf::actor producer;         // kind::actor
   child_opener_factory make_opener;  // kind::interleave
   interleave_options interleave;     // kind::interleave
+  bool adds_to_shared_metrics = false;  // kind::generator run by an interleave: one total for all
 };
 
 namespace detail {
@@ -61,6 +62,9 @@ struct stage_metrics {
   std::atomic<uint64_t> buffered{0};
   std::atomic<uint64_t> slots{0};
   std::atomic<uint64_t> parallelism{1};
+  /// The summed counters of the stages that run inside this one (an interleave's children), set
+  /// before the stage is spawned; null for other stages.
+  std::shared_ptr<stage_metrics> inner;
 
   void publish(const trace::activity& act, std::size_t held) {
     busy_ns.store(act.total_ns(trace::category::busy), std::memory_order_relaxed);
@@ -69,15 +73,18 @@ struct stage_metrics {
     buffered.store(held, std::memory_order_relaxed);
   }
   stage_counters snapshot() const {
-    return {name,
-            items_in.load(std::memory_order_relaxed),
-            items_out.load(std::memory_order_relaxed),
-            busy_ns.load(std::memory_order_relaxed),
-            waiting_ns.load(std::memory_order_relaxed),
-            blocked_ns.load(std::memory_order_relaxed),
-            buffered.load(std::memory_order_relaxed),
-            slots.load(std::memory_order_relaxed),
-            parallelism.load(std::memory_order_relaxed)};
+    stage_counters out{name,
+                       items_in.load(std::memory_order_relaxed),
+                       items_out.load(std::memory_order_relaxed),
+                       busy_ns.load(std::memory_order_relaxed),
+                       waiting_ns.load(std::memory_order_relaxed),
+                       blocked_ns.load(std::memory_order_relaxed),
+                       buffered.load(std::memory_order_relaxed),
+                       slots.load(std::memory_order_relaxed),
+                       parallelism.load(std::memory_order_relaxed),
+                       {}};
+    if (inner) out.inner.push_back(inner->snapshot());
+    return out;
   }
 };
 
@@ -98,12 +105,24 @@ class sink_target {
 /// message (end or error) that follows the last buffered element, and the stage's spans.
 class stage_output {
  public:
-  stage_output(std::string stage_name, std::size_t slots, std::shared_ptr<stage_metrics> metrics)
+  /// `adds_to_shared_metrics`: several stages (an interleave's children) share `metrics` and each
+  /// adds what it did since its last report; otherwise the stage owns them and stores its totals.
+  stage_output(std::string stage_name, std::size_t slots, std::shared_ptr<stage_metrics> metrics,
+               bool adds_to_shared_metrics = false)
       : name(std::move(stage_name)), act(name), slots_(slots < 1 ? 1 : slots),
         metrics_(std::move(metrics)), blocked_name_(trace::intern("blocked on output")),
-        waiting_name_(trace::intern("waiting for input")) {
-    metrics_->slots.store(slots_, std::memory_order_relaxed);
+        waiting_name_(trace::intern("waiting for input")), adds_(adds_to_shared_metrics) {
+    if (adds_) metrics_->slots.fetch_add(slots_, std::memory_order_relaxed);
+    else metrics_->slots.store(slots_, std::memory_order_relaxed);
   }
+  ~stage_output() {
+    if (!adds_) return;
+    act.leave();
+    report(0);  // the last run's time, and nothing held any more
+    metrics_->slots.fetch_sub(slots_, std::memory_order_relaxed);
+  }
+  stage_output(const stage_output&) = delete;
+  stage_output& operator=(const stage_output&) = delete;
 
   const std::string name;
   std::deque<element> buffer;
@@ -148,7 +167,7 @@ class stage_output {
       act.enter(trace::category::waiting_for_input, waiting_name_);
     else
       act.leave();
-    metrics_->publish(act, held);
+    report(held);
   }
   stage_metrics& metrics() noexcept { return *metrics_; }
 
@@ -161,6 +180,23 @@ class stage_output {
   trace::name_id waiting_name_;
   bool terminal_set_ = false;
   caf::error terminal_;
+  bool adds_;
+  stage_counters reported_;  // what this stage added to shared metrics so far
+
+  void report(std::size_t held) {
+    if (!adds_) {
+      metrics_->publish(act, held);
+      return;
+    }
+    auto add = [](auto& total, auto& reported, auto now) {
+      total.fetch_add(now - reported, std::memory_order_relaxed);
+      reported = now;
+    };
+    add(metrics_->busy_ns, reported_.busy_ns, act.total_ns(trace::category::busy));
+    add(metrics_->waiting_ns, reported_.waiting_ns, act.total_ns(trace::category::waiting_for_input));
+    add(metrics_->blocked_ns, reported_.blocked_ns, act.total_ns(trace::category::blocked_on_output));
+    add(metrics_->buffered, reported_.buffered, static_cast<uint64_t>(held));
+  }
 };
 
 /// Calls user code; an exception becomes an error value (no exception crosses an actor boundary).

@@ -9,29 +9,45 @@
 
 namespace af::data {
 
+namespace {
+
+// A parallel map sums its workers' busy time only; an interleave's children sum every counter.
+stage_profile profile_of(const stage_counters& b, const stage_counters& a, double seconds, bool summed_children) {
+  const double window_ns = std::max(seconds, 1e-9) * 1e9;
+  stage_profile p;
+  p.name = a.name;
+  p.parallelism = std::max<uint64_t>(1, a.parallelism);
+  p.slots = a.slots;
+  p.busy = static_cast<double>(a.busy_ns - b.busy_ns) / (window_ns * static_cast<double>(p.parallelism));
+  const double idle_window = window_ns * (summed_children ? static_cast<double>(p.parallelism) : 1.0);
+  p.waiting = static_cast<double>(a.waiting_ns - b.waiting_ns) / idle_window;
+  p.blocked = static_cast<double>(a.blocked_ns - b.blocked_ns) / idle_window;
+  p.elements_per_s = static_cast<double>(a.items_out - b.items_out) / seconds;
+  return p;
+}
+
+}  // namespace
+
+// Stages that run inside another (an interleave's children) come right before it, in flow order.
 pipeline_profile profile_between(const std::vector<stage_counters>& before, const std::vector<stage_counters>& after,
                                  double seconds) {
   pipeline_profile out;
   out.seconds = seconds;
-  const double window_ns = std::max(seconds, 1e-9) * 1e9;
   double busiest = -1;
-  for (std::size_t i = 0; i < after.size(); ++i) {
-    const auto& a = after[i];
-    const stage_counters zero{};
-    const auto& b = i < before.size() ? before[i] : zero;
-    stage_profile p;
-    p.name = a.name;
-    p.parallelism = std::max<uint64_t>(1, a.parallelism);
-    p.slots = a.slots;
-    p.busy = static_cast<double>(a.busy_ns - b.busy_ns) / (window_ns * static_cast<double>(p.parallelism));
-    p.waiting = static_cast<double>(a.waiting_ns - b.waiting_ns) / window_ns;
-    p.blocked = static_cast<double>(a.blocked_ns - b.blocked_ns) / window_ns;
-    p.elements_per_s = static_cast<double>(a.items_out - b.items_out) / seconds;
+  auto add = [&](stage_profile p) {
     if (p.busy > busiest) {
       busiest = p.busy;
       out.bottleneck = p.name;
     }
     out.stages.push_back(std::move(p));
+  };
+  const stage_counters zero{};
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    const auto& a = after[i];
+    const auto& b = i < before.size() ? before[i] : zero;
+    for (std::size_t j = 0; j < a.inner.size(); ++j)
+      add(profile_of(j < b.inner.size() ? b.inner[j] : zero, a.inner[j], seconds, true));
+    add(profile_of(b, a, seconds, false));
   }
   return out;
 }

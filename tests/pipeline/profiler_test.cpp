@@ -1,5 +1,6 @@
 // The profiler names the stage that limits a pipeline and writes a Chrome trace of its spans.
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -40,4 +41,41 @@ TEST_CASE("the profiler reports the slow stage as the bottleneck and writes a Ch
   const std::string json{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   std::filesystem::remove(path);
   CHECK_THAT(json, Catch::Contains("\"traceEvents\"") && Catch::Contains("\"stage\":\"slow\""));
+}
+
+TEST_CASE("an interleave's children show as one profile row that holds their work", "[pipeline][profiler]") {
+  runtime rt{test_runtime_options()};
+  // The slow map runs inside each child (inline in its source), not in a stage of its own.
+  auto ds = dataset::range(4).interleave([](const element& which) -> expected<dataset> {
+    const int64_t base = which.find("value")->item<int64_t>() * 50;
+    return dataset::range(base, base + 50).map([](element e) -> expected<element> {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(400);
+      volatile uint64_t x = 0;
+      while (std::chrono::steady_clock::now() < until) x = x + 1;
+      return e;
+    });
+  }, 2);
+  auto it = ds.iterate(rt);
+  profiler prof{it};
+  std::size_t n = 0;
+  for (auto& e : it) n += e.find("value") ? 1 : 0;
+  REQUIRE(n == 200);
+  const auto report = prof.report();
+  CHECK(report.bottleneck == "interleave/children");
+  const auto children = std::find_if(report.stages.begin(), report.stages.end(),
+                                     [](const stage_profile& s) { return s.name == "interleave/children"; });
+  REQUIRE(children != report.stages.end());
+  CHECK(children->parallelism == 2);
+  CHECK(children->busy > 0.3);  // 200 x 0.4 ms over two children: most of the wall time
+  CHECK(children->elements_per_s > 0);
+  const auto own = std::next(children);  // the interleave's own routing row follows its children
+  REQUIRE(own != report.stages.end());
+  CHECK(own->name == "interleave");
+  CHECK(own->busy < children->busy);
+  // Every child counted its elements into the one row: none are held once the stream has ended.
+  const auto last = it.counters();
+  const auto host = std::find_if(last.begin(), last.end(), [](const stage_counters& c) { return !c.inner.empty(); });
+  REQUIRE(host != last.end());
+  CHECK(host->inner.front().items_out == 200);
+  CHECK(host->inner.front().buffered == 0);
 }
