@@ -227,23 +227,12 @@ caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::sha
     run(self);
   });
   schedule_step(self);
-  return {
+  return caf::message_handler{
       [self](flow::batch_atom, std::vector<element>& items) { on_child_batch(self, items); },
       [self](flow::end_atom) { on_child_done(self, caf::error{}); },
       [self](flow::fail_atom, caf::error& err) { on_child_done(self, std::move(err)); },
-      [self](flow::demand_atom, uint64_t n) {
-        if (accept_demand(self, *self->state.out, n)) run(self);
-      },
       [self](flow::cancel_atom) { finish(self); },
-      [self](step_atom) {
-        self->state.step_pending = false;
-        run(self);
-      },
-      [self](tune_atom, uint64_t slots, uint64_t) {
-        if (slots) self->state.out->set_slots(static_cast<std::size_t>(slots));
-        run(self);
-      },
-  };
+  }.or_else(producer_handlers(self, [](interleave_actor* a) { run(a); }));
 }
 
 }  // namespace

@@ -74,20 +74,9 @@ caf::behavior source_stage(source_actor* self, stage_spec spec,
     if (msg.source == self->state.out->port.consumer().address()) self->quit();
   });
   schedule_step(self);
-  return {
-      [self](flow::demand_atom, uint64_t n) {
-        if (accept_demand(self, *self->state.out, n)) run(self);
-      },
+  return caf::message_handler{
       [self](flow::cancel_atom) { self->quit(); },
-      [self](step_atom) {
-        self->state.step_pending = false;
-        run(self);
-      },
-      [self](tune_atom, uint64_t slots, uint64_t) {
-        if (slots) self->state.out->set_slots(static_cast<std::size_t>(slots));
-        run(self);
-      },
-  };
+  }.or_else(producer_handlers(self, [](source_actor* a) { run(a); }));
 }
 
 }  // namespace

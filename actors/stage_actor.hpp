@@ -7,6 +7,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
+#include <caf/message_handler.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -243,6 +244,26 @@ bool accept_demand(Self* self, stage_output& out, uint64_t n) {
   self->send(caf::actor_cast<caf::actor>(self->current_sender()), flow::fail_atom::value,
              make_caf_error(errc::protocol_violation, "stage '" + out.name + "' already serves another consumer"));
   return false;
+}
+
+/// The handlers every producing stage with plain slots answers alike: its consumer's demand, its
+/// own step tick and autotune's new slot count; each then resumes the stage with `run(self)`.
+/// Stages add their own handlers in front with `or_else`.
+template <class Self, class Run>
+caf::message_handler producer_handlers(Self* self, Run run) {
+  return {
+      [self, run](flow::demand_atom, uint64_t n) {
+        if (accept_demand(self, *self->state.out, n)) run(self);
+      },
+      [self, run](step_atom) {
+        self->state.step_pending = false;
+        run(self);
+      },
+      [self, run](tune_atom, uint64_t slots, uint64_t) {
+        if (slots) self->state.out->set_slots(static_cast<std::size_t>(slots));
+        run(self);
+      },
+  };
 }
 
 /// What a consuming stage (transform, parallel map) does with its upstream's batch, end and

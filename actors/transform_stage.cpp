@@ -159,28 +159,17 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
       run(self);
     }
   });
-  return {
+  return caf::message_handler{
       [self](flow::batch_atom, std::vector<element>& items) {
         take_upstream_batch(self, items, [](transform_actor* a) { run(a); }, [](transform_actor* a, caf::error e) { fail(a, std::move(e)); });
       },
       [self](flow::end_atom) { take_upstream_end(self, [](transform_actor* a) { run(a); }); },
       [self](flow::fail_atom, caf::error& err) { take_upstream_failure(self, err, [](transform_actor* a) { run(a); }); },
-      [self](flow::demand_atom, uint64_t n) {
-        if (accept_demand(self, *self->state.out, n)) run(self);
-      },
       [self](flow::cancel_atom) {
         self->state.in.cancel(self);
         self->quit();
       },
-      [self](step_atom) {
-        self->state.step_pending = false;
-        run(self);
-      },
-      [self](tune_atom, uint64_t slots, uint64_t) {
-        if (slots) self->state.out->set_slots(static_cast<std::size_t>(slots));
-        run(self);
-      },
-  };
+  }.or_else(producer_handlers(self, [](transform_actor* a) { run(a); }));
 }
 
 }  // namespace
