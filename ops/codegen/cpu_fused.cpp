@@ -1,0 +1,169 @@
+#include "ops/codegen/cpu_fused.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ops/codegen/vector_math.hpp"
+#include "ops/parallel.hpp"
+
+namespace af::codegen {
+
+namespace {
+
+using graph::fused_program;
+
+enum class code : uint8_t {
+  add, sub, mul, div, pow, maximum, minimum, neg, abs, relu, exp, log, sqrt, rsqrt, tanh, sigmoid, gelu_erf, gelu_tanh
+};
+
+expected<code> code_of(const graph::fused_step& s) {
+  static const std::pair<const char*, code> names[] = {
+      {"add", code::add},   {"sub", code::sub},   {"mul", code::mul},         {"div", code::div},
+      {"pow", code::pow},   {"maximum", code::maximum}, {"minimum", code::minimum}, {"neg", code::neg},
+      {"abs", code::abs},   {"relu", code::relu}, {"exp", code::exp},         {"log", code::log},
+      {"sqrt", code::sqrt}, {"rsqrt", code::rsqrt}, {"tanh", code::tanh},     {"sigmoid", code::sigmoid}};
+  if (s.op == "gelu") {
+    AF_TRY_ASSIGN(auto approximate, s.attrs.get_int("approximate", 0));
+    return approximate ? code::gelu_tanh : code::gelu_erf;
+  }
+  for (auto [name, c] : names)
+    if (s.op == name) return c;
+  return make_error(errc::unsupported, "fused kernels do not implement '" + s.op + "'");
+}
+
+// The transcendental functions: fast approximations for float, libm for double.
+template <class T>
+struct math {
+  static T exp(T x) { return std::exp(x); }
+  static T erf(T x) { return std::erf(x); }
+  static T tanh(T x) { return std::tanh(x); }
+  static T sigmoid(T x) { return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
+};
+template <>
+struct math<float> {
+  static float exp(float x) { return fast_exp(x); }
+  static float erf(float x) { return fast_erf(x); }
+  static float tanh(float x) { return fast_tanh(x); }
+  static float sigmoid(float x) { return fast_sigmoid(x); }
+};
+
+template <class T, class F>
+void map1(T* __restrict o, const T* __restrict a, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+}
+template <class T, class F>
+void map2(T* __restrict o, const T* __restrict a, const T* __restrict b, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+}
+
+// One step over one chunk; the formulas match the eager kernels (NaN rules included).
+template <class T>
+void run_step(code c, T* o, const T* a, const T* b, int64_t n) {
+  using M = math<T>;
+  switch (c) {
+    case code::add: return map2(o, a, b, n, [](T x, T y) { return x + y; });
+    case code::sub: return map2(o, a, b, n, [](T x, T y) { return x - y; });
+    case code::mul: return map2(o, a, b, n, [](T x, T y) { return x * y; });
+    case code::div: return map2(o, a, b, n, [](T x, T y) { return x / y; });
+    case code::pow: return map2(o, a, b, n, [](T x, T y) { return std::pow(x, y); });
+    case code::maximum: return map2(o, a, b, n, [](T x, T y) { return (x > y || x != x) ? x : y; });
+    case code::minimum: return map2(o, a, b, n, [](T x, T y) { return (x < y || x != x) ? x : y; });
+    case code::neg: return map1(o, a, n, [](T x) { return -x; });
+    case code::abs: return map1(o, a, n, [](T x) { return std::fabs(x); });
+    case code::relu: return map1(o, a, n, [](T x) { return x < T(0) ? T(0) : x; });
+    case code::exp: return map1(o, a, n, [](T x) { return M::exp(x); });
+    case code::log: return map1(o, a, n, [](T x) { return std::log(x); });
+    case code::sqrt: return map1(o, a, n, [](T x) { return std::sqrt(x); });
+    case code::rsqrt: return map1(o, a, n, [](T x) { return T(1) / std::sqrt(x); });
+    case code::tanh: return map1(o, a, n, [](T x) { return M::tanh(x); });
+    case code::sigmoid: return map1(o, a, n, [](T x) { return M::sigmoid(x); });
+    case code::gelu_erf:
+      return map1(o, a, n, [](T x) { return T(0.5) * x * (T(1) + M::erf(x * T(0.70710678118654752440))); });
+    case code::gelu_tanh:
+      return map1(o, a, n, [](T x) {
+        const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+        return T(0.5) * x * (T(1) + M::tanh(inner));
+      });
+  }
+}
+
+constexpr int64_t chunk = 512;  // elements per step loop: every value of a chunk stays in L1
+
+template <class T>
+expected<void> run_typed(const fused_program& p, const std::vector<code>& codes, const std::vector<tensor>& in,
+                         tensor& out) {
+  const std::size_t n_inputs = in.size();
+  // Inputs are either full (contiguous, output shape) or a single value repeated.
+  std::vector<const T*> full(n_inputs, nullptr);
+  std::vector<T> single(n_inputs, T(0));
+  for (std::size_t i = 0; i < n_inputs; ++i) {
+    if (in[i].numel() == 1 && out.numel() != 1) single[i] = in[i].data<T>()[0];
+    else full[i] = in[i].data<T>();
+  }
+  T* result = out.data<T>();
+  const int64_t total = out.numel();
+  parallel_for((total + chunk - 1) / chunk, std::max<int64_t>(1, (1 << 16) / chunk), [&](int64_t first, int64_t last) {
+    // Per task: one chunk buffer per value; single-valued inputs are filled once.
+    std::vector<T> scratch(static_cast<std::size_t>((n_inputs + p.steps.size()) * chunk));
+    auto buffer = [&](std::size_t v) { return scratch.data() + v * chunk; };
+    for (std::size_t i = 0; i < n_inputs; ++i)
+      if (!full[i]) std::fill_n(buffer(i), chunk, single[i]);
+    std::vector<const T*> value(n_inputs + p.steps.size());
+    for (int64_t c = first; c < last; ++c) {
+      const int64_t begin = c * chunk;
+      const int64_t n = std::min(chunk, total - begin);
+      for (std::size_t i = 0; i < n_inputs; ++i) value[i] = full[i] ? full[i] + begin : buffer(i);
+      for (std::size_t k = 0; k < p.steps.size(); ++k) {
+        const auto& args = p.steps[k].args;
+        const bool last_step = k + 1 == p.steps.size();
+        T* dst = last_step ? result + begin : buffer(n_inputs + k);
+        run_step<T>(codes[k], dst, value[static_cast<std::size_t>(args[0])],
+                    args.size() > 1 ? value[static_cast<std::size_t>(args[1])] : nullptr, n);
+        value[n_inputs + k] = dst;
+      }
+    }
+  });
+  return {};
+}
+
+}  // namespace
+
+expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>& inputs) {
+  if (inputs.size() != p.inputs.size())
+    return make_error(errc::invalid_argument, "fused kernel takes " + std::to_string(p.inputs.size()) + " inputs, got " +
+                                                  std::to_string(inputs.size()));
+  std::vector<code> codes;
+  for (const auto& s : p.steps) {
+    AF_TRY_ASSIGN(auto c, code_of(s));
+    codes.push_back(c);
+  }
+  const dtype type = p.out().type;
+  shape dims;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].type() != p.inputs[i].type)
+      return make_error(errc::dtype_mismatch, "fused kernel input " + std::to_string(i) + ": expected " +
+                                                  std::string{to_string(p.inputs[i].type)} + ", got " +
+                                                  std::string{to_string(inputs[i].type())});
+    AF_TRY_ASSIGN(dims, broadcast_shapes(dims, inputs[i].shape(), "fused kernel"));
+  }
+  // Inputs that are neither the output's shape nor a single value are broadcast into place first.
+  std::vector<tensor> ready;
+  for (const auto& t : inputs) {
+    if (t.numel() == 1 || (t.shape() == dims && t.is_contiguous())) {
+      ready.push_back(t);
+      continue;
+    }
+    AF_TRY_ASSIGN(auto expanded, t.expand(dims));
+    AF_TRY_ASSIGN(auto copy, expanded.clone());
+    ready.push_back(std::move(copy));
+  }
+  AF_TRY_ASSIGN(auto out, tensor::empty(dims, type));
+  if (out.numel() == 0) return out;
+  if (type == dtype::f32) AF_TRY(run_typed<float>(p, codes, ready, out));
+  else if (type == dtype::f64) AF_TRY(run_typed<double>(p, codes, ready, out));
+  else return make_error(errc::dtype_mismatch, "fused kernels run f32 and f64, not " + std::string{to_string(type)});
+  return out;
+}
+
+}  // namespace af::codegen

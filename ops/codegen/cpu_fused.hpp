@@ -1,0 +1,19 @@
+#pragma once
+
+// A fused program on the CPU: one pass over memory. The output is cut into chunks that fit in L1;
+// for each chunk every step runs as a tight loop over the chunk (vectorised by the compiler), so
+// intermediate values never leave the cache and no intermediate tensor is allocated. Chunks run in
+// parallel on the kernel threads.
+
+#include <vector>
+
+#include "ops/passes/fusion.hpp"
+#include "ops/tensor.hpp"
+
+namespace af::codegen {
+
+/// Runs `program` on `inputs` (types as the program's, unknown dims resolved from the tensors;
+/// inputs broadcast to the output shape). shape_mismatch / dtype_mismatch naming the input.
+expected<tensor> run_fused_cpu(const graph::fused_program& program, const std::vector<tensor>& inputs);
+
+}  // namespace af::codegen

@@ -1,0 +1,92 @@
+#pragma once
+
+// The graph IR: one node type {op, dtype, shape, inputs, attrs, device}. Nodes are stored in an
+// order where every input comes before its users, so that order is an execution order. A graph is
+// immutable once built; passes build a new one.
+//
+// graph_builder hashes nodes structurally: asking for an op with the same inputs and attributes as
+// an existing node returns that node (identical subgraphs are built once). Stateful ops (random)
+// and sources are never merged.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/graph/op_table.hpp"
+#include "ops/tensor.hpp"
+
+namespace af::graph {
+
+using node_id = int32_t;
+
+struct fused_program;  // ops/passes/fusion.hpp: the ops of a fused group, for codegen
+
+struct node {
+  std::string op;
+  value_type out;
+  std::vector<node_id> inputs;
+  op_attrs attrs;
+  std::string device;  ///< "" = wherever the executor runs the graph
+  /// What the user named it (parameters, variables), or the call site that made it.
+  std::string label;
+};
+
+class graph {
+ public:
+  const std::vector<node>& nodes() const noexcept { return nodes_; }
+  const node& at(node_id id) const { return nodes_.at(static_cast<std::size_t>(id)); }
+  std::size_t size() const noexcept { return nodes_.size(); }
+  /// Parameter nodes in call order.
+  const std::vector<node_id>& parameters() const noexcept { return parameters_; }
+  const std::vector<node_id>& outputs() const noexcept { return outputs_; }
+  /// The value of a "constant" node.
+  const tensor& constant_value(node_id id) const;
+  /// The program of a "fused" node.
+  const fused_program& program(node_id id) const;
+  /// Nodes of each op kind ("fused" -> 1, ...), for tests and reports.
+  std::size_t count(std::string_view op) const;
+
+  /// Graphviz text: one box per node labelled with its op and output type.
+  std::string to_dot(const std::string& name = "graph") const;
+  /// Checks that inputs precede users, arities and every node's recorded type against
+  /// infer_output; invalid_argument naming the first node that disagrees.
+  expected<void> verify() const;
+
+ private:
+  friend class graph_builder;
+  std::vector<node> nodes_;
+  std::vector<node_id> parameters_;
+  std::vector<node_id> outputs_;
+  std::unordered_map<node_id, tensor> constants_;
+  std::unordered_map<node_id, std::shared_ptr<const fused_program>> programs_;
+};
+
+class graph_builder {
+ public:
+  /// The next input of the graph.
+  node_id parameter(value_type type, std::string label = {});
+  /// A constant; equal constants (same dtype, shape and bytes) are one node.
+  node_id constant(const tensor& value);
+  /// An op on existing nodes. Its type comes from infer_output; errors name the op and the input
+  /// types. An identical existing node is returned instead of a new one (unless stateful).
+  expected<node_id> add(const std::string& op, std::vector<node_id> inputs, op_attrs attrs = {}, std::string label = {});
+  /// A fused group (made by the fusion pass): inputs, the program and its output type.
+  node_id add_fused(std::vector<node_id> inputs, std::shared_ptr<const fused_program> program, value_type out,
+                    std::string label = {});
+  /// Copies a node of another graph whose inputs were already mapped to this builder's nodes.
+  expected<node_id> copy(const graph& from, node_id id, std::vector<node_id> inputs);
+
+  const value_type& type_of(node_id id) const { return g_.at(id).out; }
+  std::size_t size() const noexcept { return g_.size(); }
+  /// Ends building: the graph computes `outputs`.
+  graph finish(std::vector<node_id> outputs) &&;
+
+ private:
+  node_id append(node n);
+  graph g_;
+  std::unordered_map<std::size_t, std::vector<node_id>> by_hash_;
+};
+
+}  // namespace af::graph

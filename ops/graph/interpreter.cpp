@@ -1,0 +1,86 @@
+#include "ops/graph/interpreter.hpp"
+
+#include <string>
+
+#include "ops/codegen/cpu_fused.hpp"
+
+namespace af::graph {
+
+namespace {
+
+expected<tensor> run_movement(const node& n, const tensor& x) {
+  if (n.op == "transpose") {
+    AF_TRY_ASSIGN(auto perm, n.attrs.get_ints("perm"));
+    return x.permute(std::vector<int>(perm.begin(), perm.end()));
+  }
+  AF_TRY_ASSIGN(auto dims, n.attrs.get_ints("shape"));
+  if (n.op == "reshape") return x.reshape(shape(dims));
+  return x.expand(shape(dims));  // broadcast_to
+}
+
+std::string where(std::size_t i, const node& n) {
+  return "node " + std::to_string(i) + " (" + n.op + (n.label.empty() ? "" : ", " + n.label) + ")";
+}
+
+}  // namespace
+
+expected<void> check_parameters(const graph& g, const std::vector<tensor>& values) {
+  const auto& params = g.parameters();
+  if (values.size() != params.size())
+    return make_error(errc::invalid_argument, "the graph takes " + std::to_string(params.size()) + " arguments, got " +
+                                                  std::to_string(values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto& want = g.at(params[i]).out;
+    const auto& got = values[i];
+    bool fits = got.defined() && got.type() == want.type && got.shape().size() == want.dims.size();
+    for (std::size_t d = 0; fits && d < want.dims.size(); ++d)
+      fits = want.dims[d] < 0 || want.dims[d] == got.shape()[d];
+    if (!fits)
+      return make_error(errc::invalid_argument,
+                        "argument " + std::to_string(i) + (g.at(params[i]).label.empty() ? "" : " '" + g.at(params[i]).label + "'") +
+                            ": expected " + to_string(want) + ", got " +
+                            (got.defined() ? std::string{to_string(got.type())} + to_string(got.shape()) : "an undefined tensor"));
+  }
+  return {};
+}
+
+expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters, const op_registry& ops) {
+  AF_TRY(check_parameters(g, parameters));
+  const auto& nodes = g.nodes();
+  std::vector<std::size_t> last_use(nodes.size(), 0);
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    for (auto in : nodes[i].inputs) last_use[static_cast<std::size_t>(in)] = i;
+  for (auto out : g.outputs()) last_use[static_cast<std::size_t>(out)] = nodes.size();
+
+  std::vector<tensor> values(nodes.size());
+  std::size_t next_parameter = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const node& n = nodes[i];
+    std::vector<tensor> in;
+    in.reserve(n.inputs.size());
+    for (auto id : n.inputs) in.push_back(values[static_cast<std::size_t>(id)]);
+    expected<tensor> made = tensor{};
+    if (n.op == "parameter") {
+      made = parameters[next_parameter++];
+    } else if (n.op == "constant") {
+      made = g.constant_value(static_cast<node_id>(i));
+    } else if (n.op == "fused") {
+      made = codegen::run_fused_cpu(g.program(static_cast<node_id>(i)), in);
+    } else if (const op_info* info = find_op(n.op); info && info->category == op_category::movement) {
+      made = run_movement(n, in[0]);
+    } else {
+      auto outs = ops.run(n.op, in, n.attrs);
+      if (!outs) made = outs.error_value();
+      else made = std::move(outs->front());
+    }
+    if (!made) return make_error(made.error_value().code, where(i, n) + ": " + made.error_value().message);
+    values[i] = std::move(*made);
+    for (auto id : n.inputs)
+      if (last_use[static_cast<std::size_t>(id)] == i) values[static_cast<std::size_t>(id)] = tensor{};
+  }
+  std::vector<tensor> out;
+  for (auto id : g.outputs()) out.push_back(values[static_cast<std::size_t>(id)]);
+  return out;
+}
+
+}  // namespace af::graph

@@ -1,0 +1,23 @@
+#pragma once
+
+// Runs a graph on the CPU node by node, in its stored order: the reference semantics of a graph,
+// and the executor for graphs small enough that actor hand-offs would cost more than the kernels.
+// Each intermediate tensor is released after its last use.
+
+#include <vector>
+
+#include "ops/graph/graph.hpp"
+#include "ops/op_registry.hpp"
+
+namespace af::graph {
+
+/// The graph's outputs for `parameters` (in parameters() order; dtypes must match, dims where the
+/// graph says -1 may be anything). Errors name the node's op and its label.
+expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters,
+                                        const op_registry& ops = *default_op_registry());
+
+/// Checks `values` against the graph's parameter types; invalid_argument naming the first that
+/// differs.
+expected<void> check_parameters(const graph& g, const std::vector<tensor>& values);
+
+}  // namespace af::graph

@@ -1,0 +1,222 @@
+// af::function: traced graphs compute what eager ops compute, signatures retrace exactly when
+// they should, and trace errors name the op, the shapes and the call site.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "graph_test_support.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/graph/function.hpp"
+#include "ops/graph/interpreter.hpp"
+#include "ops/passes/fusion.hpp"
+#include "ops/linalg.hpp"
+#include "ops/nn.hpp"
+#include "ops/reduce.hpp"
+
+using namespace af;
+using syms = std::vector<sym>;
+
+namespace {
+
+tensor eager_scalar(double v, dtype type) { return value_of(tensor::full({}, v, type)); }
+
+// Each case: a traced body, the same computation in eager ops, and its argument shapes.
+struct suite_case {
+  const char* name;
+  function::body traced;
+  std::function<tensor(const std::vector<tensor>&)> eager;
+  std::vector<shape> shapes;
+};
+
+std::vector<suite_case> suite(dtype type) {
+  auto c = [type](double v) { return eager_scalar(v, type); };
+  return {
+      {"gelu(x*a+b)*c",
+       [](const syms& in) { return syms{gelu(in[0] * in[1] + in[2]) * in[3]}; },
+       [](const std::vector<tensor>& in) {
+         return value_of(mul(value_of(gelu(value_of(add(value_of(mul(in[0], in[1])), in[2])))), in[3]));
+       },
+       {{64, 33}, {33}, {64, 33}, {1}}},
+      {"tanh-gelu chain with exp and sigmoid",
+       [](const syms& in) { return syms{sigmoid(gelu(in[0], true) - exp(in[0] * 0.5)) * 2.0}; },
+       [c](const std::vector<tensor>& in) {
+         auto g = value_of(gelu(in[0], true));
+         auto e = value_of(af::exp(value_of(mul(in[0], c(0.5)))));
+         return value_of(mul(value_of(sigmoid(value_of(sub(g, e)))), c(2.0)));
+       },
+       {{1000}}},
+      {"MLP forward",
+       [](const syms& in) {
+         auto h = relu(matmul(in[0], in[1]) + in[2]);
+         return syms{softmax(matmul(h, in[3]) + in[4])};
+       },
+       [](const std::vector<tensor>& in) {
+         auto h = value_of(relu(value_of(add(value_of(matmul(in[0], in[1])), in[2]))));
+         return value_of(softmax(value_of(add(value_of(matmul(h, in[3])), in[4])), -1));
+       },
+       {{16, 12}, {12, 20}, {20}, {20, 5}, {5}}},
+      {"attention softmax(QK^T / sqrt(d)) V",
+       [](const syms& in) {
+         auto scores = matmul(in[0], in[1], false, true) / std::sqrt(8.0);
+         return syms{matmul(softmax(scores), in[2])};
+       },
+       [c](const std::vector<tensor>& in) {
+         auto scores = value_of(div(value_of(matmul(in[0], in[1], false, true)), c(std::sqrt(8.0))));
+         return value_of(matmul(value_of(softmax(scores, -1)), in[2]));
+       },
+       {{2, 6, 8}, {2, 6, 8}, {2, 6, 8}}},
+      {"layer norm",
+       [](const syms& in) {
+         auto mean = reduce_mean(in[0], {-1}, true);
+         auto centered = in[0] - mean;
+         auto var = reduce_mean(centered * centered, {-1}, true);
+         return syms{centered * rsqrt(var + 1e-5) * in[1] + in[2]};
+       },
+       [c](const std::vector<tensor>& in) {
+         auto mean = value_of(reduce_mean(in[0], {-1}, true));
+         auto centered = value_of(sub(in[0], mean));
+         auto var = value_of(reduce_mean(value_of(mul(centered, centered)), {-1}, true));
+         auto normed = value_of(mul(centered, value_of(rsqrt(value_of(add(var, c(1e-5)))))));
+         return value_of(add(value_of(mul(normed, in[1])), in[2]));
+       },
+       {{10, 32}, {32}, {32}}},
+      {"conv block",
+       [](const syms& in) {
+         auto y = conv2d(in[0], in[1], {.padding = padding_mode::same});
+         return syms{reduce_max(relu(y + in[2]), {1, 2})};
+       },
+       [](const std::vector<tensor>& in) {
+         auto y = value_of(conv2d(in[0], in[1], {.padding = padding_mode::same}));
+         return value_of(reduce_max(value_of(relu(value_of(add(y, in[2])))), {1, 2}));
+       },
+       {{2, 7, 7, 3}, {3, 3, 3, 4}, {4}}},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("traced functions equal eager execution on random inputs", "[graph][function]") {
+  for (dtype type : {dtype::f64, dtype::f32}) {
+    // f64 runs libm in fused loops too: equal to rounding. f32 fused loops use fast exp/erf/tanh.
+    const double rtol = type == dtype::f64 ? 1e-12 : 2e-5, atol = type == dtype::f64 ? 1e-13 : 2e-6;
+    uint64_t seed = 10;
+    for (const auto& c : suite(type)) {
+      INFO(c.name << " in " << to_string(type));
+      std::vector<tensor> args;
+      for (const auto& s : c.shapes) args.push_back(random_tensor(s, seed++, type));
+      function fn{c.traced};
+      function unoptimized{c.traced, {.optimize = false}};
+      auto got = fn(args);
+      if (!got) FAIL(got.error_value().to_string());
+      auto plain = unoptimized(args);
+      REQUIRE(plain);
+      const tensor expected = c.eager(args);
+      check_close(got->front(), expected, rtol, atol, "fused graph vs eager");
+      check_close(plain->front(), expected, rtol, atol, "traced graph vs eager");
+    }
+  }
+}
+
+TEST_CASE("a known signature reuses its trace, a new one retraces", "[graph][function]") {
+  function fn{[](const syms& in) { return syms{relu(in[0]) * 2.0}; }};
+  CHECK(fn.trace_count() == 0);
+  REQUIRE(fn({random_tensor({4, 3}, 1)}));
+  REQUIRE(fn({random_tensor({4, 3}, 2)}));
+  CHECK(fn.trace_count() == 1);
+  REQUIRE(fn({random_tensor({5, 3}, 3)}));  // new shape
+  CHECK(fn.trace_count() == 2);
+  REQUIRE(fn({random_tensor({5, 3}, 4, dtype::f64)}));  // new dtype
+  CHECK(fn.trace_count() == 3);
+  REQUIRE(fn({random_tensor({4, 3}, 5)}));
+  CHECK(fn.trace_count() == 3);
+
+  // With an input signature, one trace serves every batch size.
+  function batched{[](const syms& in) { return syms{reduce_sum(in[0] * in[0], {-1})}; },
+                   {.input_signature = std::vector<graph::value_type>{{dtype::f32, {-1, 3}}}}};
+  for (int64_t rows : {1, 7, 30}) {
+    auto out = batched({random_tensor({rows, 3}, static_cast<uint64_t>(rows))});
+    REQUIRE(out);
+    CHECK(out->front().shape() == shape{rows});
+  }
+  CHECK(batched.trace_count() == 1);
+  auto refused = batched({random_tensor({2, 4}, 9)});
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error_value().message, Catch::Contains("input signature") && Catch::Contains("f32[-1,3]"));
+  CHECK(batched.trace_count() == 1);
+}
+
+TEST_CASE("a shape mismatch while tracing names the op, the shapes and the call site", "[graph][function]") {
+  function fn{[](const syms& in) { return syms{matmul(in[0], in[1])}; }};
+  const int line = __LINE__ - 1;
+  auto bad = fn({random_tensor({2, 3}, 1), random_tensor({4, 5}, 2)});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error_value().code == errc::shape_mismatch);
+  CHECK_THAT(bad.error_value().message, Catch::Contains("matmul") && Catch::Contains("f32[2,3]") &&
+                                            Catch::Contains("f32[4,5]") &&
+                                            Catch::Contains("function_test.cpp:" + std::to_string(line)));
+  // Operators cannot see their call site; they still name the op and the shapes.
+  function sum{[](const syms& in) { return syms{in[0] + in[1]}; }};
+  auto mismatch = sum({random_tensor({2, 3}, 1), random_tensor({4}, 2)});
+  REQUIRE_FALSE(mismatch);
+  CHECK_THAT(mismatch.error_value().message, Catch::Contains("add") && Catch::Contains("f32[2,3]") && Catch::Contains("f32[4]"));
+}
+
+TEST_CASE("fusion makes gelu(x*a+b)*c one kernel and keeps other ops apart", "[graph][fusion]") {
+  function fn{[](const syms& in) { return syms{gelu(in[0] * in[1] + in[2]) * in[3]}; }};
+  auto c = fn.concrete({{dtype::f32, {1024}}, {dtype::f32, {1024}}, {dtype::f32, {1024}}, {dtype::f32, {1024}}});
+  REQUIRE(c);
+  const auto& g = (*c)->optimized;
+  CHECK(g.count("fused") == 1);
+  CHECK(g.size() == 5);  // four parameters and the kernel
+  CHECK((*c)->traced.size() == 8);
+  CHECK(g.program(g.outputs().front()).steps.size() == 4);
+
+  // A matmul cannot join; the bias add and relu after it fuse, as do the ops after the softmax.
+  function mlp{[](const syms& in) {
+    auto h = relu(matmul(in[0], in[1]) + in[2]);
+    return syms{exp(softmax(h)) * 3.0 + 1.0};
+  }};
+  auto m = mlp.concrete({{dtype::f32, {4, 8}}, {dtype::f32, {8, 6}}, {dtype::f32, {6}}});
+  REQUIRE(m);
+  const auto& mg = (*m)->optimized;
+  CHECK(mg.count("matmul") == 1);
+  CHECK(mg.count("softmax") == 1);
+  CHECK(mg.count("fused") == 2);
+  CHECK(mg.verify().has_value());
+
+  // A value used twice stays a kernel output: x*a feeds both branches.
+  function shared{[](const syms& in) {
+    auto p = in[0] * in[1];
+    return syms{exp(p) + tanh(p)};
+  }};
+  auto s = shared.concrete({{dtype::f32, {16}}, {dtype::f32, {16}}});
+  REQUIRE(s);
+  CHECK((*s)->optimized.count("mul") == 1);
+  CHECK((*s)->optimized.count("fused") == 1);  // exp, tanh and the add read p once
+}
+
+TEST_CASE("fused f32 kernels stay within a few ulp of libm across the range", "[graph][fusion]") {
+  auto x = value_of(tensor::empty({200001}, dtype::f32));
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = -20.0f + 40.0f * static_cast<float>(i) / 200000.0f;
+  struct probe {
+    const char* name;
+    function::body fn;
+    expected<tensor> (*eager)(const tensor&);
+    double rtol, atol;
+  };
+  const probe probes[] = {
+      {"exp", [](const syms& in) { return syms{exp(in[0] * 1.0)}; }, [](const tensor& t) { return af::exp(t); }, 3e-7, 0},
+      {"tanh", [](const syms& in) { return syms{tanh(in[0] * 1.0)}; }, [](const tensor& t) { return af::tanh(t); }, 5e-7, 1e-30},
+      {"sigmoid", [](const syms& in) { return syms{sigmoid(in[0] * 1.0)}; }, [](const tensor& t) { return af::sigmoid(t); }, 1e-6, 1e-30},
+      {"gelu", [](const syms& in) { return syms{gelu(in[0] * 1.0)}; }, [](const tensor& t) { return af::gelu(t); }, 1e-6, 3e-7},
+  };
+  for (const auto& p : probes) {
+    INFO(p.name);
+    function fn{p.fn};
+    auto got = fn({x});
+    REQUIRE(got);
+    CHECK(fn.concrete({{dtype::f32, {200001}}}).value()->optimized.count("fused") == 1);
+    check_close(got->front(), value_of(p.eager(x)), p.rtol, p.atol);
+  }
+}

@@ -1,0 +1,45 @@
+#pragma once
+
+// Helpers for the graph, tracing and fusion tests: random inputs and closeness checks.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ops/random.hpp"
+#include "ops/tensor.hpp"
+
+inline af::tensor random_tensor(const af::shape& dims, uint64_t seed, af::dtype type = af::dtype::f32,
+                                double low = -2.0, double high = 2.0) {
+  auto t = af::random_uniform(dims, seed, type, low, high);
+  REQUIRE(t);
+  return *t;
+}
+
+inline af::tensor value_of(const af::expected<af::tensor>& t) {
+  if (!t) FAIL(t.error_value().to_string());
+  return *t;
+}
+
+/// Same shape and dtype, and |a - b| <= atol + rtol * |b| everywhere (NaN only where both are).
+inline void check_close(const af::tensor& a, const af::tensor& b, double rtol, double atol, const std::string& what = {}) {
+  INFO(what);
+  REQUIRE(a.type() == b.type());
+  REQUIRE(a.shape() == b.shape());
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  double worst = 0;
+  std::size_t worst_at = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    const double excess = std::fabs(x[i] - y[i]) - (atol + rtol * std::fabs(y[i]));
+    if (excess > worst || std::isnan(excess)) {
+      worst = std::isnan(excess) ? INFINITY : excess;
+      worst_at = i;
+    }
+  }
+  INFO("worst at " << worst_at << ": " << (x.empty() ? 0 : x[worst_at]) << " vs " << (y.empty() ? 0 : y[worst_at]));
+  CHECK(worst <= 0);
+}
