@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "graph_test_support.hpp"
+#include "ops/codegen/cuda_fused.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/gpu.hpp"
 #include "ops/graph/function.hpp"
 #include "ops/graph/interpreter.hpp"
 #include "ops/passes/fusion.hpp"
@@ -114,6 +116,21 @@ TEST_CASE("traced functions equal eager execution on random inputs", "[graph][fu
       const tensor expected = c.eager(args);
       check_close(got->front(), expected, rtol, atol, "fused graph vs eager");
       check_close(plain->front(), expected, rtol, atol, "traced graph vs eager");
+      // Every fused group of the suite also compiles to PTX for the GPU (NVRTC needs no GPU).
+      std::vector<graph::value_type> signature;
+      for (const auto& a : args) signature.push_back({a.type(), a.shape()});
+      const auto& optimized = fn.concrete(signature).value()->optimized;
+      for (std::size_t id = 0; id < optimized.size(); ++id) {
+        if (optimized.nodes()[id].op != "fused") continue;
+        const auto& program = optimized.program(static_cast<graph::node_id>(id));
+        auto ptx = codegen::compile_cuda(program);
+        if (!gpu::built_with_cuda()) {
+          CHECK(ptx.error_value().code == errc::unsupported);
+          continue;
+        }
+        if (!ptx) FAIL(ptx.error_value().to_string());
+        CHECK(ptx->find(".entry " + codegen::emit_cuda(program).value().kernel_name) != std::string::npos);
+      }
     }
   }
 }
@@ -218,5 +235,53 @@ TEST_CASE("fused f32 kernels stay within a few ulp of libm across the range", "[
     REQUIRE(got);
     CHECK(fn.concrete({{dtype::f32, {200001}}}).value()->optimized.count("fused") == 1);
     check_close(got->front(), value_of(p.eager(x)), p.rtol, p.atol);
+  }
+}
+
+TEST_CASE("every fusible op has a CUDA form, and equal programs compile once", "[graph][fusion][gpu]") {
+  for (dtype type : {dtype::f32, dtype::f64}) {
+    function fn{[](const syms& in) {
+      auto x = in[0], y = in[1];
+      auto a = maximum(abs(x) + 1.0, y) - minimum(x, y) / 3.0;
+      auto b = pow(sqrt(a), y * 0.0 + 2.0) + log(a) - rsqrt(a);
+      auto c = relu(-b) + sigmoid(b) * tanh(b) + exp(b * 0.01);
+      return syms{gelu(c) + gelu(c, true)};
+    }};
+    auto concrete = fn.concrete({{type, {64}}, {type, {64}}});
+    REQUIRE(concrete);
+    const auto& g = (*concrete)->optimized;
+    // Values used twice end groups, so this makes several kernels; together they hold every op.
+    REQUIRE(g.count("fused") >= 2);
+    std::string all_sources;
+    std::vector<const graph::fused_program*> programs;
+    for (std::size_t id = 0; id < g.size(); ++id)
+      if (g.nodes()[id].op == "fused") {
+        programs.push_back(&g.program(static_cast<graph::node_id>(id)));
+        auto src = codegen::emit_cuda(*programs.back());
+        REQUIRE(src);
+        all_sources += src->source;
+      }
+    for (const char* fn_name : {"erf", "tanh", "rsqrt", "sqrt", "log", "pow", "fabs"})
+      CHECK_THAT(all_sources, Catch::Contains(fn_name));
+    CHECK_THAT(all_sources, Catch::Contains(type == dtype::f32 ? "expf(" : "exp("));
+    // The fused CPU kernels agree with the unfused graph on the same inputs.
+    const auto x = random_tensor({64}, 1, type, 0.5, 2.0), y = random_tensor({64}, 2, type, 0.5, 2.0);
+    auto fused_out = fn({x, y});
+    REQUIRE(fused_out);
+    auto unfused = graph::interpret((*concrete)->traced, {x, y});
+    REQUIRE(unfused);
+    check_close(fused_out->front(), unfused->front(), type == dtype::f32 ? 1e-5 : 1e-12, 1e-6);
+    const auto& program = *programs.front();
+    if (!gpu::built_with_cuda()) continue;
+    const auto before = codegen::cuda_cache_counters();
+    auto first = codegen::compile_cuda(program);
+    if (!first) FAIL(first.error_value().to_string());
+    auto second = codegen::compile_cuda(program);
+    REQUIRE(second);
+    CHECK(*first == *second);
+    const auto after = codegen::cuda_cache_counters();
+    CHECK(after.hits >= before.hits + 1);
+    CHECK(after.compiles <= before.compiles + 1);
+    CHECK(first->find(".target sm_90") != std::string::npos);
   }
 }
