@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "ops/graph/interpreter.hpp"
-#include "ops/passes/fusion.hpp"
+#include "ops/passes/passes.hpp"
 
 namespace af {
 
@@ -167,9 +167,7 @@ expected<std::shared_ptr<const concrete_function>> function::concrete(const std:
   AF_TRY(traced.verify());
   graph::graph optimized = traced;
   if (options_.optimize) {
-    optimized = graph::fuse_elementwise(optimized);
-    auto checked = optimized.verify();
-    if (!checked) return make_error(checked.error_value().code, "after fusion: " + checked.error_value().message);
+    AF_TRY_ASSIGN(optimized, graph::optimize(traced));
   }
   auto made = std::make_shared<const concrete_function>(
       concrete_function{std::move(traced_signature), std::move(traced), std::move(optimized)});

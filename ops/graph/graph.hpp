@@ -79,6 +79,8 @@ class graph_builder {
   expected<node_id> copy(const graph& from, node_id id, std::vector<node_id> inputs);
 
   const value_type& type_of(node_id id) const { return g_.at(id).out; }
+  const node& at(node_id id) const { return g_.at(id); }
+  const tensor& constant_value(node_id id) const { return g_.constant_value(id); }
   std::size_t size() const noexcept { return g_.size(); }
   /// Ends building: the graph computes `outputs`.
   graph finish(std::vector<node_id> outputs) &&;
