@@ -74,6 +74,8 @@ expected<tensor> rsqrt(const tensor& x);
 expected<tensor> tanh(const tensor& x);
 /// 1 / (1 + e^-x), evaluated without overflow (floating dtypes).
 expected<tensor> sigmoid(const tensor& x);
+/// The error function (floating dtypes); GELU's gradient needs it.
+expected<tensor> erf(const tensor& x);
 /// x * Phi(x) with the exact erf form, or the tanh approximation when `approximate` (like
 /// tf.nn.gelu) (floating dtypes).
 expected<tensor> gelu(const tensor& x, bool approximate = false);

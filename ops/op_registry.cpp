@@ -153,7 +153,7 @@ void register_elementwise(op_registry& r) {
   const std::pair<const char*, unary_kernel> unary[] = {
       {"neg", &af::neg},   {"abs", &af::abs},     {"relu", &af::relu},   {"exp", &af::exp},
       {"log", &af::log},   {"sqrt", &af::sqrt},   {"rsqrt", &af::rsqrt}, {"tanh", &af::tanh},
-      {"sigmoid", &af::sigmoid}};
+      {"sigmoid", &af::sigmoid}, {"erf", &af::erf}};
   for (auto [name, kernel] : unary)
     r.add(name, [name = name, kernel = kernel](const std::vector<tensor>& in,
                                                const op_attrs&) -> expected<std::vector<tensor>> {

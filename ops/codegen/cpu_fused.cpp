@@ -14,7 +14,8 @@ namespace {
 using graph::fused_program;
 
 enum class code : uint8_t {
-  add, sub, mul, div, pow, maximum, minimum, neg, abs, relu, exp, log, sqrt, rsqrt, tanh, sigmoid, gelu_erf, gelu_tanh
+  add, sub, mul, div, pow, maximum, minimum, neg, abs, relu, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, gelu_erf,
+  gelu_tanh
 };
 
 expected<code> code_of(const graph::fused_step& s) {
@@ -22,7 +23,8 @@ expected<code> code_of(const graph::fused_step& s) {
       {"add", code::add},   {"sub", code::sub},   {"mul", code::mul},         {"div", code::div},
       {"pow", code::pow},   {"maximum", code::maximum}, {"minimum", code::minimum}, {"neg", code::neg},
       {"abs", code::abs},   {"relu", code::relu}, {"exp", code::exp},         {"log", code::log},
-      {"sqrt", code::sqrt}, {"rsqrt", code::rsqrt}, {"tanh", code::tanh},     {"sigmoid", code::sigmoid}};
+      {"sqrt", code::sqrt}, {"rsqrt", code::rsqrt}, {"tanh", code::tanh},     {"sigmoid", code::sigmoid},
+      {"erf", code::erf}};
   if (s.op == "gelu") {
     AF_TRY_ASSIGN(auto approximate, s.attrs.get_int("approximate", 0));
     return approximate ? code::gelu_tanh : code::gelu_erf;
@@ -78,6 +80,7 @@ void run_step(code c, T* o, const T* a, const T* b, int64_t n) {
     case code::rsqrt: return map1(o, a, n, [](T x) { return T(1) / std::sqrt(x); });
     case code::tanh: return map1(o, a, n, [](T x) { return M::tanh(x); });
     case code::sigmoid: return map1(o, a, n, [](T x) { return M::sigmoid(x); });
+    case code::erf: return map1(o, a, n, [](T x) { return M::erf(x); });
     case code::gelu_erf:
       return map1(o, a, n, [](T x) { return T(0.5) * x * (T(1) + M::erf(x * T(0.70710678118654752440))); });
     case code::gelu_tanh:

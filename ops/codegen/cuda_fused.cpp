@@ -30,6 +30,7 @@ expected<std::string> expression(const graph::fused_step& s, const std::vector<s
   if (s.op == "sqrt") return "sqrt" + m + "(" + a[0] + ")";
   if (s.op == "rsqrt") return "rsqrt" + m + "(" + a[0] + ")";
   if (s.op == "tanh") return "tanh" + m + "(" + a[0] + ")";
+  if (s.op == "erf") return "erf" + m + "(" + a[0] + ")";
   if (s.op == "sigmoid") return "(" + t + ")1 / ((" + t + ")1 + exp" + m + "(-" + a[0] + "))";
   if (s.op == "gelu") {
     AF_TRY_ASSIGN(auto approximate, s.attrs.get_int("approximate", 0));

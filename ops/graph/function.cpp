@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "ops/graph/autodiff.hpp"
 #include "ops/graph/interpreter.hpp"
 #include "ops/passes/passes.hpp"
 
@@ -86,6 +87,26 @@ sym sqrt(const sym& x, where_from from) { return apply("sqrt", {x}, {}, from); }
 sym rsqrt(const sym& x, where_from from) { return apply("rsqrt", {x}, {}, from); }
 sym tanh(const sym& x, where_from from) { return apply("tanh", {x}, {}, from); }
 sym sigmoid(const sym& x, where_from from) { return apply("sigmoid", {x}, {}, from); }
+sym erf(const sym& x, where_from from) { return apply("erf", {x}, {}, from); }
+sym where(const sym& condition, const sym& a, const sym& b, where_from from) {
+  return apply("where", {condition, a, b}, {}, from);
+}
+sym greater(const sym& a, const sym& b, where_from from) { return apply("greater", {a, b}, {}, from); }
+sym less(const sym& a, const sym& b, where_from from) { return apply("less", {a, b}, {}, from); }
+
+std::vector<sym> gradients(const sym& y, const std::vector<sym>& xs, where_from from) {
+  std::vector<graph::node_id> ids;
+  for (const auto& x : xs) {
+    if (x.builder() != y.builder())
+      throw trace_error(make_error(errc::invalid_argument, "gradients at " + site(from) + ": values from different traces"));
+    ids.push_back(x.id());
+  }
+  auto grads = graph::add_gradients(*y.builder(), y.id(), ids);
+  if (!grads) throw trace_error(make_error(grads.error_value().code, "gradients at " + site(from) + ": " + grads.error_value().message));
+  std::vector<sym> out;
+  for (auto id : *grads) out.emplace_back(y.builder(), id);
+  return out;
+}
 sym gelu(const sym& x, bool approximate, where_from from) {
   return apply("gelu", {x}, {{"approximate", int64_t{approximate ? 1 : 0}}}, from);
 }

@@ -30,9 +30,10 @@ namespace af {
 class sym {
  public:
   sym(graph::graph_builder* builder, graph::node_id id) : builder_(builder), id_(id) {}
-  const graph::value_type& type() const { return builder_->type_of(id_); }
-  dtype dtype_of() const { return type().type; }
-  const shape& dims() const { return type().dims; }
+  /// Copies: the builder's storage moves as the trace grows.
+  graph::value_type type() const { return builder_->type_of(id_); }
+  dtype dtype_of() const { return builder_->type_of(id_).type; }
+  shape dims() const { return builder_->type_of(id_).dims; }
   graph::node_id id() const noexcept { return id_; }
   graph::graph_builder* builder() const noexcept { return builder_; }
 
@@ -86,6 +87,10 @@ sym sqrt(const sym& x, where_from from = where_from::current());
 sym rsqrt(const sym& x, where_from from = where_from::current());
 sym tanh(const sym& x, where_from from = where_from::current());
 sym sigmoid(const sym& x, where_from from = where_from::current());
+sym erf(const sym& x, where_from from = where_from::current());
+sym where(const sym& condition, const sym& a, const sym& b, where_from from = where_from::current());
+sym greater(const sym& a, const sym& b, where_from from = where_from::current());
+sym less(const sym& a, const sym& b, where_from from = where_from::current());
 sym gelu(const sym& x, bool approximate = false, where_from from = where_from::current());
 sym cast(const sym& x, dtype to, where_from from = where_from::current());
 sym matmul(const sym& a, const sym& b, bool transpose_a = false, bool transpose_b = false,
@@ -100,6 +105,10 @@ sym log_softmax(const sym& x, int64_t axis = -1, where_from from = where_from::c
 sym reshape(const sym& x, std::vector<int64_t> dims, where_from from = where_from::current());
 sym transpose(const sym& x, std::vector<int64_t> perm, where_from from = where_from::current());
 sym broadcast_to(const sym& x, std::vector<int64_t> dims, where_from from = where_from::current());
+
+/// d sum(y) / d x for each x, as part of the trace (reverse mode; see ops/graph/autodiff.hpp). A
+/// value with no gradient rule on the way fails the trace naming the op.
+std::vector<sym> gradients(const sym& y, const std::vector<sym>& xs, where_from from = where_from::current());
 
 struct function_options {
   /// Fixes the signature (dims may be -1): one trace serves every call that fits. Without it,

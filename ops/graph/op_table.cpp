@@ -28,6 +28,7 @@ constexpr std::array table{
     op_info{"log", elementwise, 1},        op_info{"sqrt", elementwise, 1},
     op_info{"rsqrt", elementwise, 1},      op_info{"tanh", elementwise, 1},
     op_info{"sigmoid", elementwise, 1},    op_info{"gelu", elementwise, 1},
+    op_info{"erf", elementwise, 1},
     op_info{"where", elementwise, 3},      op_info{"cast", elementwise, 1},
     // reductions
     op_info{"reduce_sum", reduce, 1},      op_info{"reduce_mean", reduce, 1},

@@ -10,7 +10,7 @@ namespace af::graph {
 namespace {
 
 constexpr std::array fusible_ops{"add", "sub",  "mul",  "div",   "pow",  "maximum", "minimum", "neg",    "abs",
-                                 "relu", "exp", "log",  "sqrt",  "rsqrt", "tanh",   "sigmoid", "gelu"};
+                                 "relu", "exp", "log",  "sqrt",  "rsqrt", "tanh",   "sigmoid", "gelu", "erf"};
 
 bool fusible_node(const node& n) {
   return fusible_op(n.op) && (n.out.type == dtype::f32 || n.out.type == dtype::f64);

@@ -39,6 +39,7 @@ struct log_op { template <class C> C operator()(C x) const { return std::log(x);
 struct sqrt_op { template <class C> C operator()(C x) const { return std::sqrt(x); } };
 struct rsqrt_op { template <class C> C operator()(C x) const { return C(1) / std::sqrt(x); } };
 struct tanh_op { template <class C> C operator()(C x) const { return std::tanh(x); } };
+struct erf_op { template <class C> C operator()(C x) const { return std::erf(x); } };
 struct sigmoid_op {
   template <class C> C operator()(C x) const {
     // e^-|x| never overflows, so both halves stay finite for any x.
@@ -117,6 +118,7 @@ expected<tensor> sqrt(const tensor& x) { return unary<domain::floating>("sqrt", 
 expected<tensor> rsqrt(const tensor& x) { return unary<domain::floating>("rsqrt", x, rsqrt_op{}); }
 expected<tensor> tanh(const tensor& x) { return unary<domain::floating>("tanh", x, tanh_op{}); }
 expected<tensor> sigmoid(const tensor& x) { return unary<domain::floating>("sigmoid", x, sigmoid_op{}); }
+expected<tensor> erf(const tensor& x) { return unary<domain::floating>("erf", x, erf_op{}); }
 expected<tensor> gelu(const tensor& x, bool approximate) {
   if (approximate) return unary<domain::floating>("gelu", x, gelu_tanh_op{});
   return unary<domain::floating>("gelu", x, gelu_erf_op{});

@@ -1,0 +1,154 @@
+// Reverse-mode gradients on graphs against central finite differences in float64, for every op
+// with a gradient rule; and a whole training step (forward, backward, update) as one graph.
+
+#include <catch2/catch.hpp>
+
+#include "graph_test_support.hpp"
+#include "ops/graph/function.hpp"
+#include "ops/graph/interpreter.hpp"
+
+using namespace af;
+using syms = std::vector<sym>;
+
+namespace {
+
+struct grad_case {
+  const char* name;
+  std::function<sym(const syms&)> f;
+  std::vector<shape> shapes;
+  double low = -2.0, high = 2.0;
+};
+
+// A loss whose derivative differs per element, so a wrong rule cannot hide behind symmetry.
+sym loss_of(const sym& out) { return reduce_sum(out * out) * 0.5 + reduce_sum(out * 0.3); }
+
+void check_gradient(const grad_case& c, uint64_t seed) {
+  INFO(c.name);
+  std::vector<tensor> args;
+  for (const auto& s : c.shapes) args.push_back(random_tensor(s, seed++, dtype::f64, c.low, c.high));
+  function loss{[&](const syms& in) { return syms{loss_of(c.f(in))}; }};
+  function with_grads{[&](const syms& in) {
+    auto l = loss_of(c.f(in));
+    auto g = gradients(l, in);
+    g.insert(g.begin(), l);
+    return g;
+  }};
+  auto analytic = with_grads(args);
+  if (!analytic) FAIL(analytic.error_value().to_string());
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto numeric = value_of(args[i].clone());
+    for (int64_t j = 0; j < args[i].numel(); ++j) {
+      auto probe = [&](double delta) {
+        std::vector<tensor> moved = args;
+        moved[i] = value_of(args[i].clone());
+        moved[i].data<double>()[j] += delta;
+        return loss(moved).value().front().item<double>();
+      };
+      numeric.data<double>()[j] = (probe(h) - probe(-h)) / (2 * h);
+    }
+    check_close((*analytic)[i + 1], numeric, 1e-5, 1e-6, "gradient of argument " + std::to_string(i));
+  }
+}
+
+std::vector<grad_case> cases() {
+  return {
+      {"add (broadcast)", [](const syms& x) { return x[0] + x[1]; }, {{2, 3}, {3}}},
+      {"sub (broadcast)", [](const syms& x) { return x[0] - x[1]; }, {{2, 3}, {2, 1}}},
+      {"mul (broadcast)", [](const syms& x) { return x[0] * x[1]; }, {{2, 3}, {1, 3}}},
+      {"div", [](const syms& x) { return x[0] / x[1]; }, {{2, 3}, {2, 3}}, 0.5, 2.0},
+      {"pow", [](const syms& x) { return pow(x[0], x[1]); }, {{5}, {5}}, 0.5, 2.0},
+      {"maximum", [](const syms& x) { return maximum(x[0], x[1]); }, {{6}, {6}}},
+      {"minimum", [](const syms& x) { return minimum(x[0], x[1]); }, {{6}, {6}}},
+      {"neg", [](const syms& x) { return -x[0]; }, {{4}}},
+      {"abs", [](const syms& x) { return abs(x[0]); }, {{6}}},
+      {"relu", [](const syms& x) { return relu(x[0]); }, {{6}}},
+      {"exp", [](const syms& x) { return exp(x[0]); }, {{5}}},
+      {"log", [](const syms& x) { return log(x[0]); }, {{5}}, 0.3, 3.0},
+      {"sqrt", [](const syms& x) { return sqrt(x[0]); }, {{5}}, 0.3, 3.0},
+      {"rsqrt", [](const syms& x) { return rsqrt(x[0]); }, {{5}}, 0.3, 3.0},
+      {"tanh", [](const syms& x) { return tanh(x[0]); }, {{5}}},
+      {"sigmoid", [](const syms& x) { return sigmoid(x[0]); }, {{5}}},
+      {"erf", [](const syms& x) { return erf(x[0]); }, {{5}}},
+      {"gelu", [](const syms& x) { return gelu(x[0]); }, {{7}}, -3.0, 3.0},
+      {"gelu (tanh approximation)", [](const syms& x) { return gelu(x[0], true); }, {{7}}, -3.0, 3.0},
+      {"where", [](const syms& x) { return where(greater(x[0], x[1]), x[0] * 2.0, x[1] * x[1]); }, {{6}, {6}}},
+      {"cast", [](const syms& x) { return cast(x[0] * x[0], dtype::f64); }, {{4}}},
+      {"reduce_sum", [](const syms& x) { return reduce_sum(x[0], {1}); }, {{2, 3, 2}}},
+      {"reduce_mean", [](const syms& x) { return reduce_mean(x[0], {0, 2}, true); }, {{2, 3, 2}}},
+      {"reduce_max", [](const syms& x) { return reduce_max(x[0], {-1}); }, {{3, 4}}},
+      {"reduce_min", [](const syms& x) { return apply("reduce_min", {x[0]}, {{"axes", std::vector<int64_t>{0}}}); }, {{3, 4}}},
+      {"reduce_logsumexp",
+       [](const syms& x) { return apply("reduce_logsumexp", {x[0]}, {{"axes", std::vector<int64_t>{1}}}); }, {{3, 4}}},
+      {"softmax", [](const syms& x) { return softmax(x[0]); }, {{2, 5}}},
+      {"log_softmax", [](const syms& x) { return log_softmax(x[0], 0); }, {{3, 4}}},
+      {"reshape", [](const syms& x) { return reshape(x[0], {3, 2}) * x[1]; }, {{2, 3}, {3, 2}}},
+      {"transpose", [](const syms& x) { return transpose(x[0], {2, 0, 1}) * x[1]; }, {{2, 3, 4}, {4, 2, 3}}},
+      {"broadcast_to", [](const syms& x) { return broadcast_to(x[0], {4, 3}) * x[1]; }, {{3}, {4, 3}}},
+      {"matmul", [](const syms& x) { return matmul(x[0], x[1]); }, {{3, 4}, {4, 2}}},
+      {"matmul transpose_a", [](const syms& x) { return matmul(x[0], x[1], true, false); }, {{4, 3}, {4, 2}}},
+      {"matmul transpose_b", [](const syms& x) { return matmul(x[0], x[1], false, true); }, {{3, 4}, {2, 4}}},
+      {"matmul both transposed", [](const syms& x) { return matmul(x[0], x[1], true, true); }, {{4, 3}, {2, 4}}},
+      {"batched matmul broadcasting", [](const syms& x) { return matmul(x[0], x[1]); }, {{2, 3, 4}, {4, 2}}},
+      {"a value used twice", [](const syms& x) { return tanh(x[0]) * x[0] + exp(x[0] * x[1]); }, {{4}, {4}}},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("every gradient rule matches central finite differences in float64", "[graph][autodiff]") {
+  uint64_t seed = 100;
+  for (const auto& c : cases()) {
+    check_gradient(c, seed);
+    seed += 10;
+  }
+}
+
+TEST_CASE("an input the value does not depend on gets zeros", "[graph][autodiff]") {
+  function fn{[](const syms& in) { return gradients(reduce_sum(exp(in[0])), {in[0], in[1]}); }};
+  auto g = fn({random_tensor({3}, 1, dtype::f64), random_tensor({2, 2}, 2, dtype::f64)});
+  REQUIRE(g);
+  check_close((*g)[1], value_of(tensor::zeros({2, 2}, dtype::f64)), 0, 0);
+}
+
+TEST_CASE("an op without a gradient rule fails the trace naming it", "[graph][autodiff]") {
+  function fn{[](const syms& in) {
+    auto y = conv2d(in[0], in[1]);
+    return gradients(reduce_sum(y), {in[1]});
+  }};
+  auto failed = fn({random_tensor({1, 4, 4, 1}, 1, dtype::f64), random_tensor({2, 2, 1, 1}, 2, dtype::f64)});
+  REQUIRE_FALSE(failed);
+  CHECK(failed.error_value().code == errc::unsupported);
+  CHECK_THAT(failed.error_value().message, Catch::Contains("conv2d") && Catch::Contains("autodiff_test.cpp"));
+}
+
+TEST_CASE("a traced training step holds forward, backward and the update, and learns", "[graph][autodiff]") {
+  // Two-layer MLP on a fixed regression batch; one graph returns the loss and updated weights.
+  function step{[](const syms& in) {
+    const auto &x = in[0], &target = in[1], &w1 = in[2], &b1 = in[3], &w2 = in[4];
+    auto h = gelu(matmul(x, w1) + b1);
+    auto err = matmul(h, w2) - target;
+    auto loss = reduce_mean(err * err);
+    auto g = gradients(loss, {w1, b1, w2});
+    const double lr = 0.05;
+    return syms{loss, w1 - g[0] * lr, b1 - g[1] * lr, w2 - g[2] * lr};
+  }};
+  const auto x = random_tensor({16, 4}, 1), target = random_tensor({16, 1}, 2, dtype::f32, -1, 1);
+  std::vector<tensor> params{random_tensor({4, 8}, 3, dtype::f32, -0.5, 0.5), value_of(tensor::zeros({8}, dtype::f32)),
+                             random_tensor({8, 1}, 4, dtype::f32, -0.5, 0.5)};
+  double first = 0, last = 0;
+  for (int i = 0; i < 60; ++i) {
+    auto out = step({x, target, params[0], params[1], params[2]});
+    if (!out) FAIL(out.error_value().to_string());
+    const double loss = (*out)[0].item<double>();
+    if (i == 0) first = loss;
+    last = loss;
+    params = {(*out)[1], (*out)[2], (*out)[3]};
+  }
+  CHECK(step.trace_count() == 1);
+  CHECK(last < 0.7 * first);
+  auto concrete = step.concrete({{dtype::f32, {16, 4}}, {dtype::f32, {16, 1}}, {dtype::f32, {4, 8}}, {dtype::f32, {8}},
+                                 {dtype::f32, {8, 1}}});
+  REQUIRE(concrete);
+  CHECK((*concrete)->optimized.count("fused") >= 2);  // the backward pass's elementwise chains fuse too
+}
