@@ -137,6 +137,11 @@ node_id graph_builder::append(node n) {
   return static_cast<node_id>(g_.nodes_.size() - 1);
 }
 
+expected<node_id> graph_builder::observed(node_id id) {
+  if (observer_) AF_TRY(observer_(*this, id));
+  return id;
+}
+
 node_id graph_builder::parameter(value_type type, std::string label) {
   const node_id id = append(node{"parameter", std::move(type), {}, {}, {}, std::move(label)});
   g_.parameters_.push_back(id);
@@ -152,6 +157,7 @@ node_id graph_builder::constant(const tensor& value) {
   const node_id id = append(node{"constant", value_type{value.type(), value.shape()}, {}, {}, {}, {}});
   g_.constants_.emplace(id, value);
   same_hash.push_back(id);
+  (void)observed(id);  // a constant's value is known: nothing to fail
   return id;
 }
 
@@ -165,14 +171,13 @@ expected<node_id> graph_builder::add(const std::string& op, std::vector<node_id>
   }
   AF_TRY_ASSIGN(auto out, infer_output(op, in, attrs));
   node n{op, std::move(out), std::move(inputs), std::move(attrs), {}, std::move(label)};
-  if (never_merged(op)) return append(std::move(n));
+  if (never_merged(op)) return observed(append(std::move(n)));
   const std::size_t h = hash_node(n);
-  auto& same_hash = by_hash_[h];
-  for (auto id : same_hash)
+  for (auto id : by_hash_[h])
     if (same_node(g_.at(id), n)) return id;
   const node_id id = append(std::move(n));
-  same_hash.push_back(id);
-  return id;
+  by_hash_[h].push_back(id);
+  return observed(id);
 }
 
 node_id graph_builder::add_fused(std::vector<node_id> inputs, std::shared_ptr<const fused_program> program,

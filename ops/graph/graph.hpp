@@ -9,6 +9,7 @@
 // and sources are never merged.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -85,8 +86,16 @@ class graph_builder {
   /// Ends building: the graph computes `outputs`.
   graph finish(std::vector<node_id> outputs) &&;
 
+  /// Called with each new node from add() and constant() (not for parameters or fused nodes, nor
+  /// when add() returns an existing equal node); its error becomes add()'s. Eager execution
+  /// (gradient_tape) computes each value here, as the op is written.
+  using observer = std::function<expected<void>(const graph_builder&, node_id)>;
+  void observe(observer fn) { observer_ = std::move(fn); }
+
  private:
   node_id append(node n);
+  expected<node_id> observed(node_id id);
+  observer observer_;
   graph g_;
   std::unordered_map<std::size_t, std::vector<node_id>> by_hash_;
 };

@@ -24,6 +24,13 @@ std::string where(std::size_t i, const node& n) {
 
 }  // namespace
 
+expected<tensor> evaluate_op(const node& n, const std::vector<tensor>& inputs, const op_registry& ops) {
+  if (const op_info* info = find_op(n.op); info && info->category == op_category::movement)
+    return run_movement(n, inputs.at(0));
+  AF_TRY_ASSIGN(auto outs, ops.run(n.op, inputs, n.attrs));
+  return std::move(outs.front());
+}
+
 expected<void> check_parameters(const graph& g, const std::vector<tensor>& values) {
   const auto& params = g.parameters();
   if (values.size() != params.size())
@@ -66,12 +73,8 @@ expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor
       made = g.constant_value(static_cast<node_id>(i));
     } else if (n.op == "fused") {
       made = codegen::run_fused_cpu(g.program(static_cast<node_id>(i)), in);
-    } else if (const op_info* info = find_op(n.op); info && info->category == op_category::movement) {
-      made = run_movement(n, in[0]);
     } else {
-      auto outs = ops.run(n.op, in, n.attrs);
-      if (!outs) made = outs.error_value();
-      else made = std::move(outs->front());
+      made = evaluate_op(n, in, ops);
     }
     if (!made) return make_error(made.error_value().code, where(i, n) + ": " + made.error_value().message);
     values[i] = std::move(*made);

@@ -16,6 +16,11 @@ namespace af::graph {
 expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters,
                                         const op_registry& ops = *default_op_registry());
 
+/// One op node (not a source, not fused) on its input values: movement ops as views, the rest
+/// through `ops`.
+expected<tensor> evaluate_op(const node& n, const std::vector<tensor>& inputs,
+                             const op_registry& ops = *default_op_registry());
+
 /// Checks `values` against the graph's parameter types; invalid_argument naming the first that
 /// differs.
 expected<void> check_parameters(const graph& g, const std::vector<tensor>& values);

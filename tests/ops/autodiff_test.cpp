@@ -6,6 +6,9 @@
 #include "graph_test_support.hpp"
 #include "ops/graph/function.hpp"
 #include "ops/graph/interpreter.hpp"
+#include "ops/graph/tape.hpp"
+#include "ops/linalg.hpp"
+#include "ops/passes/passes.hpp"
 
 using namespace af;
 using syms = std::vector<sym>;
@@ -151,4 +154,31 @@ TEST_CASE("a traced training step holds forward, backward and the update, and le
                                  {dtype::f32, {8, 1}}});
   REQUIRE(concrete);
   CHECK((*concrete)->optimized.count("fused") >= 2);  // the backward pass's elementwise chains fuse too
+}
+
+TEST_CASE("the eager tape computes each value as it is written and its gradients agree with traced ones",
+          "[graph][autodiff][eager]") {
+  const auto w0 = random_tensor({4, 3}, 1, dtype::f64), x0 = random_tensor({5, 4}, 2, dtype::f64);
+  gradient_tape tape;
+  const sym w = tape.watch(w0, "w");
+  const sym x = tape.constant(x0);
+  const sym h = matmul(x, w);
+  // Eager: the value is there before anything else is written.
+  check_close(tape.value(h), value_of(af::matmul(x0, w0)), 1e-12, 0);
+  const sym loss = reduce_mean(gelu(h) * h);
+  auto eager_grads = tape.gradient(loss, {w});
+  REQUIRE(eager_grads);
+
+  function traced{[](const syms& in) {
+    auto l = reduce_mean(gelu(matmul(in[1], in[0])) * matmul(in[1], in[0]));
+    return syms{l, gradients(l, {in[0]})[0]};
+  }};
+  auto want = traced({w0, x0});
+  REQUIRE(want);
+  check_close(tape.value(loss), (*want)[0], 1e-12, 1e-14);
+  check_close(eager_grads->front(), (*want)[1], 1e-10, 1e-12);
+  CHECK(graph::eliminate_dead_code(tape.recorded({loss})).count("matmul") == 1);  // the backward ones are dead here
+
+  // A shape that does not fit fails on the line that wrote it.
+  CHECK_THROWS_AS(matmul(w, w), trace_error);
 }
