@@ -4,19 +4,20 @@
 #include <cmath>
 #include <string>
 
-#include "ops/codegen/vector_math.hpp"
+#include "ops/codegen/fused_steps.hpp"
 #include "ops/parallel.hpp"
 
 namespace af::codegen {
 
+#if defined(AF_FUSED_AVX512)
+// cpu_fused_avx512.cpp: the same step loops built for AVX-512, taken when the CPU has it.
+void run_step_avx512(code c, float* o, const float* a, const float* b, int64_t n);
+void run_step_avx512(code c, double* o, const double* a, const double* b, int64_t n);
+#endif
+
 namespace {
 
 using graph::fused_program;
-
-enum class code : uint8_t {
-  add, sub, mul, div, pow, maximum, minimum, neg, abs, relu, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, gelu_erf,
-  gelu_tanh
-};
 
 expected<code> code_of(const graph::fused_step& s) {
   static const std::pair<const char*, code> names[] = {
@@ -34,61 +35,21 @@ expected<code> code_of(const graph::fused_step& s) {
   return make_error(errc::unsupported, "fused kernels do not implement '" + s.op + "'");
 }
 
-// The transcendental functions: fast approximations for float, libm for double.
-template <class T>
-struct math {
-  static T exp(T x) { return std::exp(x); }
-  static T erf(T x) { return std::erf(x); }
-  static T tanh(T x) { return std::tanh(x); }
-  static T sigmoid(T x) { return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
-};
-template <>
-struct math<float> {
-  static float exp(float x) { return fast_exp(x); }
-  static float erf(float x) { return fast_erf(x); }
-  static float tanh(float x) { return fast_tanh(x); }
-  static float sigmoid(float x) { return fast_sigmoid(x); }
-};
+#if defined(AF_FUSED_AVX512)
 
-template <class T, class F>
-void map1(T* __restrict o, const T* __restrict a, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  return has;
 }
-template <class T, class F>
-void map2(T* __restrict o, const T* __restrict a, const T* __restrict b, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
-}
+#endif
 
-// One step over one chunk; the formulas match the eager kernels (NaN rules included).
 template <class T>
-void run_step(code c, T* o, const T* a, const T* b, int64_t n) {
-  using M = math<T>;
-  switch (c) {
-    case code::add: return map2(o, a, b, n, [](T x, T y) { return x + y; });
-    case code::sub: return map2(o, a, b, n, [](T x, T y) { return x - y; });
-    case code::mul: return map2(o, a, b, n, [](T x, T y) { return x * y; });
-    case code::div: return map2(o, a, b, n, [](T x, T y) { return x / y; });
-    case code::pow: return map2(o, a, b, n, [](T x, T y) { return std::pow(x, y); });
-    case code::maximum: return map2(o, a, b, n, [](T x, T y) { return (x > y || x != x) ? x : y; });
-    case code::minimum: return map2(o, a, b, n, [](T x, T y) { return (x < y || x != x) ? x : y; });
-    case code::neg: return map1(o, a, n, [](T x) { return -x; });
-    case code::abs: return map1(o, a, n, [](T x) { return std::fabs(x); });
-    case code::relu: return map1(o, a, n, [](T x) { return x < T(0) ? T(0) : x; });
-    case code::exp: return map1(o, a, n, [](T x) { return M::exp(x); });
-    case code::log: return map1(o, a, n, [](T x) { return std::log(x); });
-    case code::sqrt: return map1(o, a, n, [](T x) { return std::sqrt(x); });
-    case code::rsqrt: return map1(o, a, n, [](T x) { return T(1) / std::sqrt(x); });
-    case code::tanh: return map1(o, a, n, [](T x) { return M::tanh(x); });
-    case code::sigmoid: return map1(o, a, n, [](T x) { return M::sigmoid(x); });
-    case code::erf: return map1(o, a, n, [](T x) { return M::erf(x); });
-    case code::gelu_erf:
-      return map1(o, a, n, [](T x) { return T(0.5) * x * (T(1) + M::erf(x * T(0.70710678118654752440))); });
-    case code::gelu_tanh:
-      return map1(o, a, n, [](T x) {
-        const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-        return T(0.5) * x * (T(1) + M::tanh(inner));
-      });
-  }
+void step(code c, T* o, const T* a, const T* b, int64_t n) {
+#if defined(AF_FUSED_AVX512)
+  if (cpu_has_avx512()) return run_step_avx512(c, o, a, b, n);
+#endif
+  run_step<T>(c, o, a, b, n);
 }
 
 constexpr int64_t chunk = 512;  // elements per step loop: every value of a chunk stays in L1
@@ -121,7 +82,7 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
         const auto& args = p.steps[k].args;
         const bool last_step = k + 1 == p.steps.size();
         T* dst = last_step ? result + begin : buffer(n_inputs + k);
-        run_step<T>(codes[k], dst, value[static_cast<std::size_t>(args[0])],
+        step<T>(codes[k], dst, value[static_cast<std::size_t>(args[0])],
                     args.size() > 1 ? value[static_cast<std::size_t>(args[1])] : nullptr, n);
         value[n_inputs + k] = dst;
       }

@@ -1,0 +1,11 @@
+// The fused kernels' step loops built for AVX-512 (16 floats per instruction); cpu_fused.cpp
+// calls these when the CPU supports it. This file alone is compiled with AVX-512 enabled.
+
+#include "ops/codegen/fused_steps.hpp"
+
+namespace af::codegen {
+
+void run_step_avx512(code c, float* o, const float* a, const float* b, int64_t n) { run_step<float>(c, o, a, b, n); }
+void run_step_avx512(code c, double* o, const double* a, const double* b, int64_t n) { run_step<double>(c, o, a, b, n); }
+
+}  // namespace af::codegen
