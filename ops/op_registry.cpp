@@ -8,6 +8,7 @@
 #include "ops/elementwise.hpp"
 #include "ops/linalg.hpp"
 #include "ops/nn.hpp"
+#include "ops/random.hpp"
 #include "ops/reduce.hpp"
 
 namespace af {
@@ -272,7 +273,32 @@ void register_array_ops(op_registry& r) {
 
 }  // namespace
 
+// Random ops: attributes shape, seed, dtype ("f32"), and low/high or mean/stddev.
+void register_random(op_registry& r) {
+  r.add("random_uniform", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("random_uniform", in, 0));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("shape"));
+    AF_TRY_ASSIGN(auto seed, a.get_int("seed", 0));
+    AF_TRY_ASSIGN(auto type_name, a.get_string("dtype", std::string{"f32"}));
+    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
+    AF_TRY_ASSIGN(auto low, a.get_float("low", 0.0));
+    AF_TRY_ASSIGN(auto high, a.get_float("high", 1.0));
+    return one(random_uniform(shape(dims), static_cast<uint64_t>(seed), type, low, high));
+  });
+  r.add("random_normal", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("random_normal", in, 0));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("shape"));
+    AF_TRY_ASSIGN(auto seed, a.get_int("seed", 0));
+    AF_TRY_ASSIGN(auto type_name, a.get_string("dtype", std::string{"f32"}));
+    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
+    AF_TRY_ASSIGN(auto mean, a.get_float("mean", 0.0));
+    AF_TRY_ASSIGN(auto stddev, a.get_float("stddev", 1.0));
+    return one(random_normal(shape(dims), static_cast<uint64_t>(seed), type, mean, stddev));
+  });
+}
+
 void register_cpu_kernels(op_registry& registry) {
+  register_random(registry);
   register_elementwise(registry);
   register_reduce(registry);
   register_linalg(registry);

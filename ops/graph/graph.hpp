@@ -46,6 +46,7 @@ class graph {
   const tensor& constant_value(node_id id) const;
   /// The program of a "fused" node.
   const fused_program& program(node_id id) const;
+  const std::shared_ptr<const fused_program>& shared_program(node_id id) const { return programs_.at(id); }
   /// Nodes of each op kind ("fused" -> 1, ...), for tests and reports.
   std::size_t count(std::string_view op) const;
 

@@ -1,0 +1,216 @@
+#include "actors/graph_executor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/after.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <climits>
+#include <optional>
+#include <string>
+
+#include "actors/caf_error.hpp"
+#include "actors/message_types.hpp"
+#include "actors/runtime.hpp"
+#include "actors/tsan_handoff.hpp"
+#include "ops/codegen/cpu_fused.hpp"
+#include "ops/graph/interpreter.hpp"
+
+namespace af {
+
+namespace {
+
+/// Caller or producer -> node actor: (step, input slot, value).
+using gx_input_atom = caf::atom_constant<caf::atom("gx_input")>;
+/// Node actor -> caller: (step, output index, value) or (step, error).
+using gx_output_atom = caf::atom_constant<caf::atom("gx_output")>;
+using gx_failed_atom = caf::atom_constant<caf::atom("gx_failed")>;
+
+// The slot of the message that starts a node with no inputs arriving (random ops, say).
+constexpr uint32_t start_slot = UINT32_MAX;
+
+struct reader {
+  caf::actor who;
+  uint32_t slot;
+};
+
+// What one node actor computes and where its result goes; fixed once launched.
+struct node_plan {
+  graph::node op;
+  std::shared_ptr<const graph::fused_program> program;  // op.op == "fused"
+  std::vector<tensor> fixed;                             // constant inputs by slot (undefined: arrives per step)
+  uint32_t arriving = 0;                                 // inputs that arrive per step
+  std::vector<reader> readers;
+  std::vector<uint32_t> graph_outputs;  // indices of the graph's outputs this node is
+  caf::actor caller;
+  std::string where;  // "node 7 (matmul, model.cpp:12)"
+};
+
+struct node_state {
+  std::shared_ptr<node_plan> plan;
+  uint64_t step = 0;
+  std::vector<tensor> inputs;
+  uint32_t received = 0;
+};
+
+using node_actor = caf::stateful_actor<node_state>;
+
+expected<tensor> compute(const node_plan& p, const std::vector<tensor>& inputs) {
+  if (p.program) return codegen::run_fused_cpu(*p.program, inputs);
+  return graph::evaluate_op(p.op, inputs);
+}
+
+caf::behavior node_behavior(node_actor* self, std::shared_ptr<node_plan> plan) {
+  self->state.plan = std::move(plan);
+  return {
+      [self](gx_input_atom, uint64_t step, uint32_t slot, tensor& value) {
+        auto& st = self->state;
+        const auto& p = *st.plan;
+        if (value.defined()) detail::tsan_acquire_payload(value);
+        if (step < st.step) return;  // a step abandoned after an error
+        if (step > st.step || st.inputs.empty()) {
+          st.step = step;
+          st.inputs = p.fixed;
+          st.received = 0;
+        }
+        if (slot != start_slot) {
+          st.inputs[slot] = std::move(value);
+          ++st.received;
+        }
+        if (st.received < p.arriving) return;
+        auto made = compute(p, st.inputs);
+        st.inputs.clear();
+        if (!made) {
+          self->send(p.caller, gx_failed_atom::value, step,
+                     to_caf_error(make_error(made.error_value().code, p.where + ": " + made.error_value().message)));
+          return;
+        }
+        detail::tsan_release_payload(*made);
+        for (const auto& r : p.readers) self->send(r.who, gx_input_atom::value, step, r.slot, *made);
+        for (auto index : p.graph_outputs) self->send(p.caller, gx_output_atom::value, step, index, *made);
+      },
+  };
+}
+
+}  // namespace
+
+struct graph_executor::impl {
+  explicit impl(caf::actor_system& sys) : caller(sys) {}
+  graph::graph g;
+  caf::scoped_actor caller;
+  std::vector<caf::actor> actors;
+  // Per parameter: who reads it. Per output: a value known without running (parameter or constant).
+  std::vector<std::vector<reader>> parameter_readers;
+  std::vector<std::optional<std::size_t>> output_parameter;
+  std::vector<tensor> output_constant;
+  std::vector<caf::actor> starters;  // nodes with no inputs arriving: told when each step starts
+  std::size_t computed_outputs = 0;
+  uint64_t step = 0;
+};
+
+graph_executor::graph_executor(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+graph_executor::graph_executor(graph_executor&&) noexcept = default;
+graph_executor& graph_executor::operator=(graph_executor&&) noexcept = default;
+
+graph_executor::~graph_executor() {
+  if (!impl_) return;
+  for (auto& a : impl_->actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+std::size_t graph_executor::actor_count() const noexcept { return impl_ ? impl_->actors.size() : 0; }
+
+expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph g) {
+  AF_TRY(g.verify());
+  auto state = std::make_unique<impl>(rt.system());
+  const auto& nodes = g.nodes();
+  const caf::actor caller = caf::actor_cast<caf::actor>(state->caller);
+  // Plans first (readers need the actors of later nodes), then actors from the last node back.
+  std::vector<std::shared_ptr<node_plan>> plans(nodes.size());
+  std::vector<caf::actor> actor_of(nodes.size());
+  std::vector<std::size_t> parameter_index(nodes.size(), 0);
+  for (std::size_t k = 0; k < g.parameters().size(); ++k) parameter_index[static_cast<std::size_t>(g.parameters()[k])] = k;
+  state->parameter_readers.resize(g.parameters().size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto& n = nodes[i];
+    if (n.op == "parameter" || n.op == "constant") continue;
+    auto p = std::make_shared<node_plan>();
+    p->op = n;
+    if (n.op == "fused") p->program = g.shared_program(static_cast<graph::node_id>(i));
+    p->fixed.resize(n.inputs.size());
+    for (std::size_t s = 0; s < n.inputs.size(); ++s) {
+      const auto in = n.inputs[s];
+      if (nodes[static_cast<std::size_t>(in)].op == "constant") p->fixed[s] = g.constant_value(in);
+      else ++p->arriving;
+    }
+    p->caller = caller;
+    p->where = "node " + std::to_string(i) + " (" + n.op + (n.label.empty() ? "" : ", " + n.label) + ")";
+    plans[i] = std::move(p);
+  }
+  for (std::size_t o = 0; o < g.outputs().size(); ++o) {
+    const auto id = static_cast<std::size_t>(g.outputs()[o]);
+    state->output_parameter.emplace_back(std::nullopt);
+    state->output_constant.emplace_back();
+    if (nodes[id].op == "parameter") state->output_parameter.back() = parameter_index[id];
+    else if (nodes[id].op == "constant") state->output_constant.back() = g.constant_value(static_cast<graph::node_id>(id));
+    else {
+      plans[id]->graph_outputs.push_back(static_cast<uint32_t>(o));
+      ++state->computed_outputs;
+    }
+  }
+  for (std::size_t i = nodes.size(); i-- > 0;) {
+    if (!plans[i]) continue;
+    actor_of[i] = rt.system().spawn(node_behavior, plans[i]);
+    state->actors.push_back(actor_of[i]);
+    if (plans[i]->arriving == 0) state->starters.push_back(actor_of[i]);
+    // This node's inputs: tell each producer (already planned) or parameter that it reads them.
+    for (std::size_t s = 0; s < nodes[i].inputs.size(); ++s) {
+      const auto in = static_cast<std::size_t>(nodes[i].inputs[s]);
+      const reader r{actor_of[i], static_cast<uint32_t>(s)};
+      if (nodes[in].op == "parameter") state->parameter_readers[parameter_index[in]].push_back(r);
+      else if (plans[in]) plans[in]->readers.push_back(r);
+    }
+  }
+  state->g = std::move(g);
+  return graph_executor{std::move(state)};
+}
+
+expected<std::vector<tensor>> graph_executor::run(const std::vector<tensor>& parameters, std::chrono::milliseconds timeout) {
+  auto& s = *impl_;
+  AF_TRY(graph::check_parameters(s.g, parameters));
+  const uint64_t step = ++s.step;
+  std::vector<tensor> outputs(s.output_parameter.size());
+  for (std::size_t o = 0; o < outputs.size(); ++o)
+    outputs[o] = s.output_parameter[o] ? parameters[*s.output_parameter[o]] : s.output_constant[o];
+  for (std::size_t k = 0; k < parameters.size(); ++k) {
+    detail::tsan_release_payload(parameters[k]);
+    for (const auto& r : s.parameter_readers[k]) s.caller->send(r.who, gx_input_atom::value, step, r.slot, parameters[k]);
+  }
+  for (const auto& a : s.starters) s.caller->send(a, gx_input_atom::value, step, start_slot, tensor{});
+  std::size_t arrived = 0;
+  std::optional<error> failure;
+  bool timed_out = false;
+  while (arrived < s.computed_outputs && !failure && !timed_out) {
+    s.caller->receive(
+        [&](gx_output_atom, uint64_t from_step, uint32_t index, tensor& value) {
+          if (from_step != step) return;
+          detail::tsan_acquire_payload(value);
+          outputs[index] = std::move(value);
+          ++arrived;
+        },
+        [&](gx_failed_atom, uint64_t from_step, caf::error& err) {
+          if (from_step == step) failure = from_caf_error(err);
+        },
+        caf::after(timeout) >> [&] { timed_out = true; });
+  }
+  if (failure) return *failure;
+  if (timed_out)
+    return make_error(errc::timeout, "graph step " + std::to_string(step) + ": " + std::to_string(arrived) + " of " +
+                                         std::to_string(s.computed_outputs) + " outputs within " +
+                                         std::to_string(timeout.count()) + " ms");
+  return outputs;
+}
+
+}  // namespace af
