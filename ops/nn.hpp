@@ -50,6 +50,18 @@ expected<tensor> max_pool2d(const tensor& input, const pool_options& options = {
 /// Floating dtypes only.
 expected<tensor> avg_pool2d(const tensor& input, const pool_options& options = {});
 
+// -- gradients (what autodiff emits for the ops above; f32 and f64) ------------------------------
+/// d conv2d / d input: the gradient of an input of `input_shape` [N,H,W,Cin] given the output's.
+expected<tensor> conv2d_backprop_input(const tensor& grad_out, const tensor& filter, const shape& input_shape,
+                                       const conv2d_options& options = {});
+/// d conv2d / d filter: the gradient of a filter of `filter_shape` [KH,KW,Cin/groups,Cout].
+expected<tensor> conv2d_backprop_filter(const tensor& input, const tensor& grad_out, const shape& filter_shape,
+                                        const conv2d_options& options = {});
+/// d max_pool2d: each window's gradient goes to the first of its maxima.
+expected<tensor> max_pool2d_backprop(const tensor& input, const tensor& grad_out, const pool_options& options = {});
+/// d avg_pool2d: each window's gradient is shared by its cells (padding not counted).
+expected<tensor> avg_pool2d_backprop(const tensor& grad_out, const shape& input_shape, const pool_options& options = {});
+
 /// exp(x - max) / sum(exp(x - max)) along `axis`; floating dtypes, f16/bf16 computed in f32.
 expected<tensor> softmax(const tensor& x, int64_t axis = -1);
 /// (x - max) - log(sum(exp(x - max))) along `axis`; floating dtypes, f16/bf16 computed in f32.

@@ -233,6 +233,47 @@ void register_nn(op_registry& r) {
       return one(kernel(in[0], o));
     };
   };
+  auto conv_options = [](const op_attrs& a) -> expected<conv2d_options> {
+    conv2d_options o;
+    AF_TRY_ASSIGN(o.strides, pair_of(a, "strides", {1, 1}));
+    AF_TRY_ASSIGN(o.dilations, pair_of(a, "dilations", {1, 1}));
+    AF_TRY_ASSIGN(o.padding, padding_of(a));
+    AF_TRY_ASSIGN(auto groups, a.get_int("groups", 1));
+    o.groups = static_cast<int>(groups);
+    return o;
+  };
+  auto pool_options_of = [](const op_attrs& a) -> expected<pool_options> {
+    pool_options o;
+    AF_TRY_ASSIGN(o.ksize, pair_of(a, "ksize", {2, 2}));
+    AF_TRY_ASSIGN(o.strides, pair_of(a, "strides", {2, 2}));
+    AF_TRY_ASSIGN(o.padding, padding_of(a));
+    return o;
+  };
+  // Gradients: (grad_out, filter) with "input_shape"; (input, grad_out) with "filter_shape";
+  // (input, grad_out) for max pooling; (grad_out) with "input_shape" for average pooling.
+  r.add("conv2d_backprop_input", [conv_options](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("conv2d_backprop_input", in, 2));
+    AF_TRY_ASSIGN(auto o, conv_options(a));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("input_shape"));
+    return one(conv2d_backprop_input(in[0], in[1], shape(dims), o));
+  });
+  r.add("conv2d_backprop_filter", [conv_options](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("conv2d_backprop_filter", in, 2));
+    AF_TRY_ASSIGN(auto o, conv_options(a));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("filter_shape"));
+    return one(conv2d_backprop_filter(in[0], in[1], shape(dims), o));
+  });
+  r.add("max_pool2d_backprop", [pool_options_of](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("max_pool2d_backprop", in, 2));
+    AF_TRY_ASSIGN(auto o, pool_options_of(a));
+    return one(max_pool2d_backprop(in[0], in[1], o));
+  });
+  r.add("avg_pool2d_backprop", [pool_options_of](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("avg_pool2d_backprop", in, 1));
+    AF_TRY_ASSIGN(auto o, pool_options_of(a));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("input_shape"));
+    return one(avg_pool2d_backprop(in[0], shape(dims), o));
+  });
   r.add("max_pool2d", pool("max_pool2d", &max_pool2d));
   r.add("avg_pool2d", pool("avg_pool2d", &avg_pool2d));
   auto along_axis = [](const char* name, expected<tensor> (*kernel)(const tensor&, int64_t)) {

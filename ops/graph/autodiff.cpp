@@ -200,6 +200,20 @@ std::vector<std::optional<node_id>> input_gradients(emitter& e, const node& n, n
     else ga = mm(in[1], g, true, true), gb = mm(g, in[0], true, true);
     return {e.unbroadcast(ga, shape_of(0)), e.unbroadcast(gb, shape_of(1))};
   }
+  if (op == "conv2d") {
+    const shape x_dims = shape_of(0), f_dims = shape_of(1);
+    op_attrs in_attrs = n.attrs, f_attrs = n.attrs;
+    in_attrs.set("input_shape", std::vector<int64_t>(x_dims.begin(), x_dims.end()));
+    f_attrs.set("filter_shape", std::vector<int64_t>(f_dims.begin(), f_dims.end()));
+    return {e.op("conv2d_backprop_input", {g, in[1]}, in_attrs), e.op("conv2d_backprop_filter", {in[0], g}, f_attrs)};
+  }
+  if (op == "max_pool2d") return {e.op("max_pool2d_backprop", {in[0], g}, n.attrs)};
+  if (op == "avg_pool2d") {
+    const shape x_dims = shape_of(0);
+    op_attrs attrs = n.attrs;
+    attrs.set("input_shape", std::vector<int64_t>(x_dims.begin(), x_dims.end()));
+    return {e.op("avg_pool2d_backprop", {g}, attrs)};
+  }
   throw rule_error{make_error(errc::unsupported, "no gradient rule for op '" + op + "'" +
                                                      (n.label.empty() ? "" : " (made at " + n.label + ")"))};
 }

@@ -122,6 +122,13 @@ sym conv2d(const sym& input, const sym& filter, const conv2d_options& o, where_f
                 {"groups", int64_t{o.groups}}},
                from);
 }
+static op_attrs pool_attrs(const pool_options& o) {
+  return {{"ksize", std::vector<int64_t>{o.ksize[0], o.ksize[1]}},
+          {"strides", std::vector<int64_t>{o.strides[0], o.strides[1]}},
+          {"padding", padding_name(o.padding)}};
+}
+sym max_pool2d(const sym& x, const pool_options& o, where_from from) { return apply("max_pool2d", {x}, pool_attrs(o), from); }
+sym avg_pool2d(const sym& x, const pool_options& o, where_from from) { return apply("avg_pool2d", {x}, pool_attrs(o), from); }
 sym reduce_sum(const sym& x, std::vector<int64_t> axes, bool keepdims, where_from from) {
   return apply("reduce_sum", {x}, {{"axes", std::move(axes)}, {"keepdims", int64_t{keepdims}}}, from);
 }

@@ -97,6 +97,8 @@ sym matmul(const sym& a, const sym& b, bool transpose_a = false, bool transpose_
            where_from from = where_from::current());
 sym conv2d(const sym& input, const sym& filter, const conv2d_options& options = {},
            where_from from = where_from::current());
+sym max_pool2d(const sym& x, const pool_options& options = {}, where_from from = where_from::current());
+sym avg_pool2d(const sym& x, const pool_options& options = {}, where_from from = where_from::current());
 sym reduce_sum(const sym& x, std::vector<int64_t> axes = {}, bool keepdims = false, where_from from = where_from::current());
 sym reduce_mean(const sym& x, std::vector<int64_t> axes = {}, bool keepdims = false, where_from from = where_from::current());
 sym reduce_max(const sym& x, std::vector<int64_t> axes = {}, bool keepdims = false, where_from from = where_from::current());

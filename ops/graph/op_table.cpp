@@ -42,6 +42,8 @@ constexpr std::array table{
     // contraction
     op_info{"matmul", contraction, 2},     op_info{"conv2d", contraction, 2},
     op_info{"max_pool2d", contraction, 1}, op_info{"avg_pool2d", contraction, 1},
+    op_info{"conv2d_backprop_input", contraction, 2}, op_info{"conv2d_backprop_filter", contraction, 2},
+    op_info{"max_pool2d_backprop", contraction, 2}, op_info{"avg_pool2d_backprop", contraction, 1},
     // stateful
     op_info{"random_uniform", stateful, 0}, op_info{"random_normal", stateful, 0},
     op_info{"fused", fused, -1},
@@ -250,7 +252,14 @@ expected<value_type> infer_output(std::string_view op, const std::vector<value_t
     case op_category::reduce: return infer_reduce(op, in[0], attrs);
     case op_category::movement: return infer_movement(op, in[0], attrs);
     case op_category::contraction:
-      return op == "matmul" ? infer_matmul(in, attrs) : infer_spatial(op, in, attrs);
+      if (op == "matmul") return infer_matmul(in, attrs);
+      if (op == "conv2d_backprop_input" || op == "avg_pool2d_backprop" || op == "conv2d_backprop_filter") {
+        // The gradient has the forward input's (or filter's) shape, given as an attribute.
+        AF_TRY_ASSIGN(auto dims, attrs.get_ints(op == "conv2d_backprop_filter" ? "filter_shape" : "input_shape"));
+        return value_type{in[0].type, shape(dims)};
+      }
+      if (op == "max_pool2d_backprop") return in[0];
+      return infer_spatial(op, in, attrs);
     case op_category::stateful: {
       AF_TRY_ASSIGN(auto dims, attrs.get_ints("shape"));
       AF_TRY_ASSIGN(auto name, attrs.get_string("dtype", std::string{"f32"}));

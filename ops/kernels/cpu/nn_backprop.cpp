@@ -1,0 +1,180 @@
+// Gradients of conv2d and pooling on the CPU, as direct loops over the forward op's windows
+// (NHWC input, HWIO filter, TensorFlow's padding). Parallel over the dimension whose results are
+// disjoint: images for the input gradient, output channels for the filter gradient.
+
+#include <algorithm>
+#include <string>
+
+#include "ops/nn.hpp"
+#include "ops/parallel.hpp"
+
+namespace af {
+
+namespace {
+
+struct window_plan {
+  int64_t n, h, w, cin, kh, kw, cg, cout, groups, coutg, sh, sw, dh, dw, oh, ow, pad_top, pad_left;
+};
+
+expected<window_plan> plan(const char* op, const shape& in, int64_t kh, int64_t kw, int64_t cg, int64_t cout,
+                           const shape& out, int64_t groups, std::array<int64_t, 2> strides,
+                           std::array<int64_t, 2> dilations, padding_mode padding) {
+  if (in.size() != 4 || out.size() != 4)
+    return make_error(errc::shape_mismatch, std::string{op} + ": NHWC tensors expected, got " + to_string(in) +
+                                                " and " + to_string(out));
+  window_plan p{in[0], in[1], in[2], in[3], kh, kw, cg, cout, groups, cout / std::max<int64_t>(1, groups),
+                strides[0], strides[1], dilations[0], dilations[1], 0, 0, 0, 0};
+  const auto rows = compute_window(p.h, kh, p.sh, p.dh, padding);
+  const auto cols = compute_window(p.w, kw, p.sw, p.dw, padding);
+  p.oh = rows.out, p.ow = cols.out, p.pad_top = rows.pad_before, p.pad_left = cols.pad_before;
+  if (out[0] != p.n || out[1] != p.oh || out[2] != p.ow || out[3] != cout)
+    return make_error(errc::shape_mismatch, std::string{op} + ": the output gradient " + to_string(out) +
+                                                " does not match the forward output [" + std::to_string(p.n) + "," +
+                                                std::to_string(p.oh) + "," + std::to_string(p.ow) + "," +
+                                                std::to_string(cout) + "]");
+  return p;
+}
+
+expected<void> check_float(const char* op, const tensor& a, const tensor& b) {
+  if (a.type() != b.type() || (a.type() != dtype::f32 && a.type() != dtype::f64))
+    return make_error(errc::dtype_mismatch, std::string{op} + ": needs two f32 or two f64 tensors, got " +
+                                                std::string{to_string(a.type())} + " and " + std::string{to_string(b.type())});
+  return {};
+}
+
+template <class T>
+void input_grad(const T* g, const T* f, T* dx, const window_plan& p) {
+  parallel_for(p.n, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t y = 0; y < p.oh; ++y)
+        for (int64_t x = 0; x < p.ow; ++x) {
+          const T* go = g + ((b * p.oh + y) * p.ow + x) * p.cout;
+          for (int64_t i = 0; i < p.kh; ++i) {
+            const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
+            if (ih < 0 || ih >= p.h) continue;
+            for (int64_t j = 0; j < p.kw; ++j) {
+              const int64_t iw = x * p.sw - p.pad_left + j * p.dw;
+              if (iw < 0 || iw >= p.w) continue;
+              T* d = dx + ((b * p.h + ih) * p.w + iw) * p.cin;
+              const T* fk = f + (i * p.kw + j) * p.cg * p.cout;
+              for (int64_t grp = 0; grp < p.groups; ++grp)
+                for (int64_t ci = 0; ci < p.cg; ++ci) {
+                  T sum = 0;
+                  for (int64_t co = grp * p.coutg; co < (grp + 1) * p.coutg; ++co) sum += go[co] * fk[ci * p.cout + co];
+                  d[grp * p.cg + ci] += sum;
+                }
+            }
+          }
+        }
+  });
+}
+
+template <class T>
+void filter_grad(const T* in, const T* g, T* df, const window_plan& p) {
+  parallel_for(p.cout, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t co = c0; co < c1; ++co) {
+      const int64_t grp = co / p.coutg;
+      for (int64_t b = 0; b < p.n; ++b)
+        for (int64_t y = 0; y < p.oh; ++y)
+          for (int64_t x = 0; x < p.ow; ++x) {
+            const T go = g[((b * p.oh + y) * p.ow + x) * p.cout + co];
+            for (int64_t i = 0; i < p.kh; ++i) {
+              const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
+              if (ih < 0 || ih >= p.h) continue;
+              for (int64_t j = 0; j < p.kw; ++j) {
+                const int64_t iw = x * p.sw - p.pad_left + j * p.dw;
+                if (iw < 0 || iw >= p.w) continue;
+                const T* src = in + ((b * p.h + ih) * p.w + iw) * p.cin + grp * p.cg;
+                T* d = df + (i * p.kw + j) * p.cg * p.cout + co;
+                for (int64_t ci = 0; ci < p.cg; ++ci) d[ci * p.cout] += go * src[ci];
+              }
+            }
+          }
+    }
+  });
+}
+
+template <class T, bool is_max>
+void pool_grad(const T* in, const T* g, T* dx, const window_plan& p) {
+  parallel_for(p.n, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t y = 0; y < p.oh; ++y)
+        for (int64_t x = 0; x < p.ow; ++x) {
+          const int64_t h0 = std::max<int64_t>(y * p.sh - p.pad_top, 0), h1 = std::min(y * p.sh - p.pad_top + p.kh, p.h);
+          const int64_t w0 = std::max<int64_t>(x * p.sw - p.pad_left, 0), w1 = std::min(x * p.sw - p.pad_left + p.kw, p.w);
+          if (h0 >= h1 || w0 >= w1) continue;
+          for (int64_t c = 0; c < p.cin; ++c) {
+            const T go = g[((b * p.oh + y) * p.ow + x) * p.cin + c];
+            if constexpr (is_max) {
+              int64_t best = (b * p.h + h0) * p.w + w0;
+              for (int64_t ih = h0; ih < h1; ++ih)
+                for (int64_t iw = w0; iw < w1; ++iw) {
+                  const int64_t at = (b * p.h + ih) * p.w + iw;
+                  if (in[at * p.cin + c] > in[best * p.cin + c]) best = at;
+                }
+              dx[best * p.cin + c] += go;
+            } else {
+              const T share = go / static_cast<T>((h1 - h0) * (w1 - w0));
+              for (int64_t ih = h0; ih < h1; ++ih)
+                for (int64_t iw = w0; iw < w1; ++iw) dx[((b * p.h + ih) * p.w + iw) * p.cin + c] += share;
+            }
+          }
+        }
+  });
+}
+
+}  // namespace
+
+expected<tensor> conv2d_backprop_input(const tensor& grad_out, const tensor& filter, const shape& input_shape,
+                                       const conv2d_options& o) {
+  AF_TRY(check_float("conv2d_backprop_input", grad_out, filter));
+  if (filter.ndim() != 4) return make_error(errc::shape_mismatch, "conv2d_backprop_input: the filter must be HWIO");
+  AF_TRY_ASSIGN(auto p, plan("conv2d_backprop_input", input_shape, filter.dim(0), filter.dim(1), filter.dim(2),
+                             filter.dim(3), grad_out.shape(), o.groups, o.strides, o.dilations, o.padding));
+  AF_TRY_ASSIGN(auto dx, tensor::zeros(input_shape, grad_out.type()));
+  AF_TRY_ASSIGN(auto g, grad_out.contiguous());
+  AF_TRY_ASSIGN(auto f, filter.contiguous());
+  if (dx.type() == dtype::f32) input_grad(g.data<float>(), f.data<float>(), dx.data<float>(), p);
+  else input_grad(g.data<double>(), f.data<double>(), dx.data<double>(), p);
+  return dx;
+}
+
+expected<tensor> conv2d_backprop_filter(const tensor& input, const tensor& grad_out, const shape& filter_shape,
+                                        const conv2d_options& o) {
+  AF_TRY(check_float("conv2d_backprop_filter", input, grad_out));
+  if (filter_shape.size() != 4) return make_error(errc::shape_mismatch, "conv2d_backprop_filter: the filter must be HWIO");
+  AF_TRY_ASSIGN(auto p, plan("conv2d_backprop_filter", input.shape(), filter_shape[0], filter_shape[1], filter_shape[2],
+                             filter_shape[3], grad_out.shape(), o.groups, o.strides, o.dilations, o.padding));
+  AF_TRY_ASSIGN(auto df, tensor::zeros(filter_shape, input.type()));
+  AF_TRY_ASSIGN(auto x, input.contiguous());
+  AF_TRY_ASSIGN(auto g, grad_out.contiguous());
+  if (df.type() == dtype::f32) filter_grad(x.data<float>(), g.data<float>(), df.data<float>(), p);
+  else filter_grad(x.data<double>(), g.data<double>(), df.data<double>(), p);
+  return df;
+}
+
+expected<tensor> max_pool2d_backprop(const tensor& input, const tensor& grad_out, const pool_options& o) {
+  AF_TRY(check_float("max_pool2d_backprop", input, grad_out));
+  AF_TRY_ASSIGN(auto p, plan("max_pool2d_backprop", input.shape(), o.ksize[0], o.ksize[1], 1,
+                             input.ndim() == 4 ? input.dim(3) : 0, grad_out.shape(), 1, o.strides, {1, 1}, o.padding));
+  AF_TRY_ASSIGN(auto dx, tensor::zeros(input.shape(), input.type()));
+  AF_TRY_ASSIGN(auto x, input.contiguous());
+  AF_TRY_ASSIGN(auto g, grad_out.contiguous());
+  if (dx.type() == dtype::f32) pool_grad<float, true>(x.data<float>(), g.data<float>(), dx.data<float>(), p);
+  else pool_grad<double, true>(x.data<double>(), g.data<double>(), dx.data<double>(), p);
+  return dx;
+}
+
+expected<tensor> avg_pool2d_backprop(const tensor& grad_out, const shape& input_shape, const pool_options& o) {
+  AF_TRY(check_float("avg_pool2d_backprop", grad_out, grad_out));
+  AF_TRY_ASSIGN(auto p, plan("avg_pool2d_backprop", input_shape, o.ksize[0], o.ksize[1], 1,
+                             input_shape.size() == 4 ? input_shape[3] : 0, grad_out.shape(), 1, o.strides, {1, 1},
+                             o.padding));
+  AF_TRY_ASSIGN(auto dx, tensor::zeros(input_shape, grad_out.type()));
+  AF_TRY_ASSIGN(auto g, grad_out.contiguous());
+  if (dx.type() == dtype::f32) pool_grad<float, false>(nullptr, g.data<float>(), dx.data<float>(), p);
+  else pool_grad<double, false>(nullptr, g.data<double>(), dx.data<double>(), p);
+  return dx;
+}
+
+}  // namespace af
