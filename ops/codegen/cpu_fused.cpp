@@ -93,7 +93,7 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
 
 }  // namespace
 
-expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>& inputs) {
+expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>& inputs, const tensor* reuse) {
   if (inputs.size() != p.inputs.size())
     return make_error(errc::invalid_argument, "fused kernel takes " + std::to_string(p.inputs.size()) + " inputs, got " +
                                                   std::to_string(inputs.size()));
@@ -122,7 +122,9 @@ expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>
     AF_TRY_ASSIGN(auto copy, expanded.clone());
     ready.push_back(std::move(copy));
   }
-  AF_TRY_ASSIGN(auto out, tensor::empty(dims, type));
+  const bool in_place = reuse && reuse->type() == type && reuse->shape() == dims && reuse->is_contiguous() &&
+                        reuse->buffer().use_count() <= 2;  // the caller's `inputs` and `reuse` itself
+  AF_TRY_ASSIGN(auto out, in_place ? expected<tensor>{*reuse} : tensor::empty(dims, type));
   if (out.numel() == 0) return out;
   if (type == dtype::f32) AF_TRY(run_typed<float>(p, codes, ready, out));
   else if (type == dtype::f64) AF_TRY(run_typed<double>(p, codes, ready, out));

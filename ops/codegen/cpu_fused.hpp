@@ -14,6 +14,9 @@ namespace af::codegen {
 
 /// Runs `program` on `inputs` (types as the program's, unknown dims resolved from the tensors;
 /// inputs broadcast to the output shape). shape_mismatch / dtype_mismatch naming the input.
-expected<tensor> run_fused_cpu(const graph::fused_program& program, const std::vector<tensor>& inputs);
+/// `reuse`, when given, is an input nobody else holds any more: if it has the output's dtype and
+/// shape the result is written into it (each element is read before it is overwritten).
+expected<tensor> run_fused_cpu(const graph::fused_program& program, const std::vector<tensor>& inputs,
+                               const tensor* reuse = nullptr);
 
 }  // namespace af::codegen

@@ -1,5 +1,6 @@
 #include "ops/graph/interpreter.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "ops/codegen/cpu_fused.hpp"
@@ -72,7 +73,15 @@ expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor
     } else if (n.op == "constant") {
       made = g.constant_value(static_cast<node_id>(i));
     } else if (n.op == "fused") {
-      made = codegen::run_fused_cpu(g.program(static_cast<node_id>(i)), in);
+      // An input read for the last time here, held by nobody else, takes the output in place.
+      const tensor* reuse = nullptr;
+      for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+        const auto id = static_cast<std::size_t>(n.inputs[k]);
+        if (last_use[id] != i || std::count(n.inputs.begin(), n.inputs.end(), n.inputs[k]) > 1) continue;
+        values[id] = tensor{};
+        if (!reuse && in[k].is_unique()) reuse = &in[k];
+      }
+      made = codegen::run_fused_cpu(g.program(static_cast<node_id>(i)), in, reuse);
     } else {
       made = evaluate_op(n, in, ops);
     }
