@@ -26,4 +26,14 @@ expected<tensor> gather(const tensor& params, const tensor& indices, int64_t axi
 expected<tensor> one_hot(const tensor& indices, int64_t depth, double on_value = 1, double off_value = 0,
                          dtype type = dtype::f32);
 
+/// The gradient of `x.slice(axis, start, stop, step)` for an `x` of `input_shape`: zeros except
+/// the sliced positions, which hold `grad`. Any dtype.
+expected<tensor> slice_backprop(const tensor& grad, const shape& input_shape, int64_t axis, int64_t start, int64_t stop,
+                                int64_t step = 1);
+
+/// The gradient of gather(params, indices, axis) for `params` of `params_shape`: each slice of
+/// `grad` added to the row its index picked (repeated indices accumulate). f32 and f64;
+/// out_of_range names a bad index.
+expected<tensor> gather_backprop(const tensor& grad, const tensor& indices, const shape& params_shape, int64_t axis = 0);
+
 }  // namespace af

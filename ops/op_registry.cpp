@@ -296,6 +296,22 @@ void register_array_ops(op_registry& r) {
     AF_TRY_ASSIGN(auto axis, a.get_int("axis", 0));
     return one(stack(in, axis));
   });
+  // Gradients: (grad) with input_shape, axis, start, stop, step; (grad, indices) with params_shape, axis.
+  r.add("slice_backprop", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("slice_backprop", in, 1));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("input_shape"));
+    AF_TRY_ASSIGN(auto axis, a.get_int("axis"));
+    AF_TRY_ASSIGN(auto start, a.get_int("start"));
+    AF_TRY_ASSIGN(auto stop, a.get_int("stop"));
+    AF_TRY_ASSIGN(auto step, a.get_int("step", 1));
+    return one(slice_backprop(in[0], shape(dims), axis, start, stop, step));
+  });
+  r.add("gather_backprop", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("gather_backprop", in, 2));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("params_shape"));
+    AF_TRY_ASSIGN(auto axis, a.get_int("axis", 0));
+    return one(gather_backprop(in[0], in[1], shape(dims), axis));
+  });
   r.add("gather", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
     AF_TRY(expect_inputs("gather", in, 2));
     AF_TRY_ASSIGN(auto axis, a.get_int("axis", 0));

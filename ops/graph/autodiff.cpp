@@ -200,6 +200,35 @@ std::vector<std::optional<node_id>> input_gradients(emitter& e, const node& n, n
     else ga = mm(in[1], g, true, true), gb = mm(g, in[0], true, true);
     return {e.unbroadcast(ga, shape_of(0)), e.unbroadcast(gb, shape_of(1))};
   }
+  // -- indexing -------------------------------------------------------------------------------------
+  if (op == "slice") {
+    const shape x_dims = shape_of(0);
+    op_attrs attrs = n.attrs;
+    attrs.set("input_shape", std::vector<int64_t>(x_dims.begin(), x_dims.end()));
+    return {e.op("slice_backprop", {g}, attrs)};
+  }
+  if (op == "concat" || op == "stack") {  // each input's extent of g (stack: then drop the axis)
+    const int64_t rank = static_cast<int64_t>(n.out.dims.size());
+    int64_t axis = n.attrs.get_int("axis", 0).value();
+    if (axis < 0) axis += rank;
+    std::vector<std::optional<node_id>> out;
+    int64_t offset = 0;
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const shape dims = shape_of(k);
+      const int64_t extent = op == "stack" ? 1 : dims[static_cast<std::size_t>(axis)];
+      const node_id part = e.op("slice", {g}, {{"axis", axis}, {"start", offset}, {"stop", offset + extent}, {"step", int64_t{1}}});
+      out.push_back(e.reshape(part, dims));
+      offset += extent;
+    }
+    return out;
+  }
+  if (op == "gather") {
+    const shape p_dims = shape_of(0);
+    op_attrs attrs = n.attrs;
+    attrs.set("params_shape", std::vector<int64_t>(p_dims.begin(), p_dims.end()));
+    return {e.op("gather_backprop", {g, in[1]}, attrs), std::nullopt};
+  }
+  if (op == "one_hot") return {std::nullopt};
   if (op == "conv2d") {
     const shape x_dims = shape_of(0), f_dims = shape_of(1);
     op_attrs in_attrs = n.attrs, f_attrs = n.attrs;

@@ -62,6 +62,10 @@ sym constant_like(const sym& like, double value) {
   return sym{like.builder(), like.builder()->constant(*t)};
 }
 
+sym constant(const sym& in_trace_of, const tensor& value) {
+  return sym{in_trace_of.builder(), in_trace_of.builder()->constant(value)};
+}
+
 sym operator+(const sym& a, const sym& b) { return binary("add", a, b); }
 sym operator-(const sym& a, const sym& b) { return binary("sub", a, b); }
 sym operator*(const sym& a, const sym& b) { return binary("mul", a, b); }
@@ -142,6 +146,17 @@ sym softmax(const sym& x, int64_t axis, where_from from) { return apply("softmax
 sym log_softmax(const sym& x, int64_t axis, where_from from) { return apply("log_softmax", {x}, {{"axis", axis}}, from); }
 sym reshape(const sym& x, std::vector<int64_t> dims, where_from from) {
   return apply("reshape", {x}, {{"shape", std::move(dims)}}, from);
+}
+sym slice(const sym& x, int64_t axis, int64_t start, int64_t stop, int64_t step, where_from from) {
+  return apply("slice", {x}, {{"axis", axis}, {"start", start}, {"stop", stop}, {"step", step}}, from);
+}
+sym concat(const std::vector<sym>& parts, int64_t axis, where_from from) { return apply("concat", parts, {{"axis", axis}}, from); }
+sym stack(const std::vector<sym>& parts, int64_t axis, where_from from) { return apply("stack", parts, {{"axis", axis}}, from); }
+sym gather(const sym& params, const sym& indices, int64_t axis, where_from from) {
+  return apply("gather", {params, indices}, {{"axis", axis}}, from);
+}
+sym one_hot(const sym& indices, int64_t depth, dtype type, where_from from) {
+  return apply("one_hot", {indices}, {{"depth", depth}, {"dtype", std::string{to_string(type)}}}, from);
 }
 sym transpose(const sym& x, std::vector<int64_t> perm, where_from from) {
   return apply("transpose", {x}, {{"perm", std::move(perm)}}, from);

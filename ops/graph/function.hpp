@@ -61,6 +61,8 @@ sym apply(const std::string& op, const std::vector<sym>& inputs, op_attrs attrs 
           where_from from = where_from::current());
 /// A constant of `like`'s dtype (a scalar broadcast where used).
 sym constant_like(const sym& like, double value);
+/// `value` as a constant of the trace `in_trace_of` belongs to (indices, masks, tables).
+sym constant(const sym& in_trace_of, const tensor& value);
 
 sym operator+(const sym& a, const sym& b);
 sym operator-(const sym& a, const sym& b);
@@ -105,6 +107,11 @@ sym reduce_max(const sym& x, std::vector<int64_t> axes = {}, bool keepdims = fal
 sym softmax(const sym& x, int64_t axis = -1, where_from from = where_from::current());
 sym log_softmax(const sym& x, int64_t axis = -1, where_from from = where_from::current());
 sym reshape(const sym& x, std::vector<int64_t> dims, where_from from = where_from::current());
+sym slice(const sym& x, int64_t axis, int64_t start, int64_t stop, int64_t step = 1, where_from from = where_from::current());
+sym concat(const std::vector<sym>& parts, int64_t axis, where_from from = where_from::current());
+sym stack(const std::vector<sym>& parts, int64_t axis, where_from from = where_from::current());
+sym gather(const sym& params, const sym& indices, int64_t axis = 0, where_from from = where_from::current());
+sym one_hot(const sym& indices, int64_t depth, dtype type = dtype::f32, where_from from = where_from::current());
 sym transpose(const sym& x, std::vector<int64_t> perm, where_from from = where_from::current());
 sym broadcast_to(const sym& x, std::vector<int64_t> dims, where_from from = where_from::current());
 

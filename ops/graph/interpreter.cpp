@@ -14,6 +14,13 @@ expected<tensor> run_movement(const node& n, const tensor& x) {
     AF_TRY_ASSIGN(auto perm, n.attrs.get_ints("perm"));
     return x.permute(std::vector<int>(perm.begin(), perm.end()));
   }
+  if (n.op == "slice") {
+    AF_TRY_ASSIGN(auto axis, n.attrs.get_int("axis"));
+    AF_TRY_ASSIGN(auto start, n.attrs.get_int("start"));
+    AF_TRY_ASSIGN(auto stop, n.attrs.get_int("stop"));
+    AF_TRY_ASSIGN(auto step, n.attrs.get_int("step", 1));
+    return x.slice(axis, start, stop, step);
+  }
   AF_TRY_ASSIGN(auto dims, n.attrs.get_ints("shape"));
   if (n.op == "reshape") return x.reshape(shape(dims));
   return x.expand(shape(dims));  // broadcast_to

@@ -38,7 +38,11 @@ constexpr std::array table{
     op_info{"log_softmax", reduce, 1},
     // movement
     op_info{"reshape", movement, 1},       op_info{"transpose", movement, 1},
-    op_info{"broadcast_to", movement, 1},
+    op_info{"broadcast_to", movement, 1},  op_info{"slice", movement, 1},
+    // indexing
+    op_info{"concat", indexing, -1},       op_info{"stack", indexing, -1},
+    op_info{"gather", indexing, 2},        op_info{"one_hot", indexing, 1},
+    op_info{"slice_backprop", indexing, 1}, op_info{"gather_backprop", indexing, 2},
     // contraction
     op_info{"matmul", contraction, 2},     op_info{"conv2d", contraction, 2},
     op_info{"max_pool2d", contraction, 1}, op_info{"avg_pool2d", contraction, 1},
@@ -132,7 +136,28 @@ expected<value_type> infer_reduce(std::string_view op, const value_type& x, cons
   return out;
 }
 
+// Python-like slice bounds along one dimension of length n (known), as tensor::slice applies them.
+int64_t slice_length(int64_t n, int64_t start, int64_t stop, int64_t step) {
+  if (start < 0) start += n;
+  if (stop < 0) stop += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  stop = std::clamp<int64_t>(stop, start, n);
+  return (stop - start + step - 1) / step;
+}
+
 expected<value_type> infer_movement(std::string_view op, const value_type& x, const op_attrs& attrs) {
+  if (op == "slice") {
+    AF_TRY_ASSIGN(auto axis, attrs.get_int("axis"));
+    AF_TRY_ASSIGN(auto start, attrs.get_int("start"));
+    AF_TRY_ASSIGN(auto stop, attrs.get_int("stop"));
+    AF_TRY_ASSIGN(auto step, attrs.get_int("step", 1));
+    AF_TRY_ASSIGN(auto a, normalize_axis(axis, static_cast<int64_t>(x.dims.size()), "slice"));
+    if (step <= 0) return mismatch(errc::invalid_argument, op, {x}, "step must be positive");
+    value_type out = x;
+    auto& d = out.dims[static_cast<std::size_t>(a)];
+    if (d >= 0) d = slice_length(d, start, stop, step);
+    return out;
+  }
   if (op == "transpose") {
     AF_TRY_ASSIGN(auto perm, attrs.get_ints("perm"));
     if (perm.size() != x.dims.size()) return mismatch(errc::invalid_argument, op, {x}, "perm must name every axis once");
@@ -171,6 +196,53 @@ expected<value_type> infer_movement(std::string_view op, const value_type& x, co
     }
   }
   return value_type{x.type, dims};
+}
+
+expected<value_type> infer_indexing(std::string_view op, const std::vector<value_type>& in, const op_attrs& attrs) {
+  if (op == "concat" || op == "stack") {
+    if (in.empty()) return mismatch(errc::invalid_argument, op, in, "needs at least one input");
+    AF_TRY_ASSIGN(auto axis, attrs.get_int("axis", 0));
+    const auto rank = static_cast<int64_t>(in[0].dims.size());
+    AF_TRY_ASSIGN(auto a, normalize_axis(axis, op == "stack" ? rank + 1 : rank, std::string{op}.c_str()));
+    value_type out = in[0];
+    for (const auto& t : in) {
+      if (t.type != in[0].type) return mismatch(errc::dtype_mismatch, op, in, "dtypes differ");
+      if (t.dims.size() != in[0].dims.size()) return mismatch(errc::shape_mismatch, op, in, "ranks differ");
+      for (std::size_t d = 0; d < t.dims.size(); ++d)
+        if ((op == "stack" || static_cast<int>(d) != a) && t.dims[d] != in[0].dims[d])
+          return mismatch(errc::shape_mismatch, op, in, "dimension " + std::to_string(d) + " differs");
+    }
+    if (op == "stack") {
+      out.dims.insert(out.dims.begin() + a, static_cast<int64_t>(in.size()));
+      return out;
+    }
+    int64_t total = 0;
+    for (const auto& t : in) total = (total < 0 || t.dims[static_cast<std::size_t>(a)] < 0) ? -1 : total + t.dims[static_cast<std::size_t>(a)];
+    out.dims[static_cast<std::size_t>(a)] = total;
+    return out;
+  }
+  if (op == "gather") {
+    if (in[1].type != dtype::i32 && in[1].type != dtype::i64) return mismatch(errc::dtype_mismatch, op, in, "indices must be i32 or i64");
+    AF_TRY_ASSIGN(auto axis, attrs.get_int("axis", 0));
+    AF_TRY_ASSIGN(auto a, normalize_axis(axis, static_cast<int64_t>(in[0].dims.size()), "gather"));
+    value_type out{in[0].type, {}};
+    for (int i = 0; i < a; ++i) out.dims.push_back(in[0].dims[static_cast<std::size_t>(i)]);
+    for (auto d : in[1].dims) out.dims.push_back(d);
+    for (std::size_t i = static_cast<std::size_t>(a) + 1; i < in[0].dims.size(); ++i) out.dims.push_back(in[0].dims[i]);
+    return out;
+  }
+  if (op == "one_hot") {
+    if (!is_integral(in[0].type)) return mismatch(errc::dtype_mismatch, op, in, "indices must be integers");
+    AF_TRY_ASSIGN(auto depth, attrs.get_int("depth"));
+    AF_TRY_ASSIGN(auto type_name, attrs.get_string("dtype", std::string{"f32"}));
+    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
+    value_type out{type, in[0].dims};
+    out.dims.push_back(depth);
+    return out;
+  }
+  // slice_backprop, gather_backprop: the forward input's shape, given as an attribute.
+  AF_TRY_ASSIGN(auto dims, attrs.get_ints(op == "slice_backprop" ? "input_shape" : "params_shape"));
+  return value_type{in[0].type, shape(dims)};
 }
 
 expected<value_type> infer_matmul(const std::vector<value_type>& in, const op_attrs& attrs) {
@@ -251,6 +323,7 @@ expected<value_type> infer_output(std::string_view op, const std::vector<value_t
     case op_category::elementwise: return infer_elementwise(op, in, attrs);
     case op_category::reduce: return infer_reduce(op, in[0], attrs);
     case op_category::movement: return infer_movement(op, in[0], attrs);
+    case op_category::indexing: return infer_indexing(op, in, attrs);
     case op_category::contraction:
       if (op == "matmul") return infer_matmul(in, attrs);
       if (op == "conv2d_backprop_input" || op == "avg_pool2d_backprop" || op == "conv2d_backprop_filter") {

@@ -21,7 +21,8 @@ enum class op_category : uint8_t {
   source,       ///< parameter, constant, variable: no inputs, values come from outside
   elementwise,  ///< out[i] depends on in[i] of each (broadcast) input only
   reduce,       ///< sums, maxima, softmax along axes
-  movement,     ///< reshape, transpose, broadcast_to: the same numbers, rearranged
+  movement,     ///< reshape, transpose, broadcast_to, slice: views of the same numbers
+  indexing,     ///< concat, stack, gather, one_hot and the gradients of slicing and gathering
   contraction,  ///< matmul, conv2d
   stateful,     ///< random ops: two calls differ, so never merged or folded
   fused,        ///< a group of elementwise ops made into one kernel by the fusion pass

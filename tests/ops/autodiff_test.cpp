@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "graph_test_support.hpp"
+#include "ops/array_ops.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/graph/function.hpp"
 #include "ops/graph/interpreter.hpp"
 #include "ops/graph/tape.hpp"
@@ -103,6 +105,15 @@ std::vector<grad_case> cases() {
       {"max_pool2d", [](const syms& x) { return max_pool2d(x[0]); }, {{2, 4, 4, 3}}},
       {"avg_pool2d same", [](const syms& x) { return avg_pool2d(x[0], {.ksize = {3, 3}, .strides = {2, 2}, .padding = padding_mode::same}); },
        {{1, 5, 5, 2}}},
+      {"slice", [](const syms& x) { return slice(x[0], 1, 1, 4) * slice(x[0], 1, 0, 6, 2); }, {{2, 6}}},
+      {"concat", [](const syms& x) { return concat({x[0], x[1] * x[1]}, 1); }, {{2, 3}, {2, 2}}},
+      {"stack", [](const syms& x) { return stack({x[0], exp(x[1])}, 0); }, {{2, 3}, {2, 3}}},
+      {"gather (repeated rows add up)",
+       [](const syms& x) { return gather(x[0], constant(x[0], tensor::from_vector<int64_t>({2, 0, 2, 1}, {2, 2})), 0); },
+       {{3, 4}}},
+      {"gather along axis 1",
+       [](const syms& x) { return gather(x[0], constant(x[0], tensor::from_vector<int32_t>({1, 1, 0})), 1) * 2.0; },
+       {{2, 3}}},
       {"a value used twice", [](const syms& x) { return tanh(x[0]) * x[0] + exp(x[0] * x[1]); }, {{4}, {4}}},
   };
 }
@@ -193,4 +204,20 @@ TEST_CASE("the eager tape computes each value as it is written and its gradients
 
   // A shape that does not fit fails on the line that wrote it.
   CHECK_THROWS_AS(matmul(w, w), trace_error);
+}
+
+TEST_CASE("traced indexing ops equal their eager kernels", "[graph][autodiff]") {
+  const auto table = random_tensor({5, 3}, 1, dtype::f64);
+  const auto ids = tensor::from_vector<int64_t>({4, 0, 4}, {3});
+  function fn{[](const syms& in) {
+    auto picked = gather(in[0], in[1]);
+    auto labels = one_hot(in[1], 5, dtype::f64);
+    return syms{concat({picked, labels}, 1), stack({picked, picked * 2.0}, 0), slice(in[0], 0, -2, 5)};
+  }};
+  auto got = fn({table, ids});
+  if (!got) FAIL(got.error_value().to_string());
+  const auto picked = value_of(af::gather(table, ids));
+  check_close((*got)[0], value_of(af::concat({picked, value_of(af::one_hot(ids, 5, 1, 0, dtype::f64))}, 1)), 0, 0);
+  check_close((*got)[1], value_of(af::stack({picked, value_of(af::mul(picked, value_of(tensor::full({}, 2.0, dtype::f64))))}, 0)), 0, 0);
+  check_close((*got)[2], value_of(value_of(table.slice(0, -2, 5)).contiguous()), 0, 0);
 }
