@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "graph_test_support.hpp"
 #include "ops/array_ops.hpp"
 #include "ops/elementwise.hpp"
@@ -220,4 +222,25 @@ TEST_CASE("traced indexing ops equal their eager kernels", "[graph][autodiff]") 
   check_close((*got)[0], value_of(af::concat({picked, value_of(af::one_hot(ids, 5, 1, 0, dtype::f64))}, 1)), 0, 0);
   check_close((*got)[1], value_of(af::stack({picked, value_of(af::mul(picked, value_of(tensor::full({}, 2.0, dtype::f64))))}, 0)), 0, 0);
   check_close((*got)[2], value_of(value_of(table.slice(0, -2, 5)).contiguous()), 0, 0);
+}
+
+TEST_CASE("gradients of gradients come from the same rules", "[graph][autodiff]") {
+  // d/dx of sum(d tanh / dx) = -2 tanh (1 - tanh^2); d2/dx2 of sum(x^3 + x w) = 6x.
+  function second{[](const syms& in) {
+    auto x = in[0];
+    auto g = gradients(reduce_sum(tanh(x)), {x})[0];
+    auto h = gradients(reduce_sum(g), {x})[0];
+    auto cubic = gradients(reduce_sum(x * x * x + matmul(reshape(x, {1, 4}), in[1])), {x})[0];
+    return syms{h, gradients(reduce_sum(cubic), {x})[0]};
+  }};
+  const auto x = random_tensor({4}, 1, dtype::f64), w = random_tensor({4, 1}, 2, dtype::f64);
+  auto got = second({x, w});
+  if (!got) FAIL(got.error_value().to_string());
+  const auto xs = x.to_vector<double>();
+  const auto h = (*got)[0].to_vector<double>(), six_x = (*got)[1].to_vector<double>();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double t = std::tanh(xs[i]);
+    CHECK(h[i] == Approx(-2 * t * (1 - t * t)).epsilon(1e-12));
+    CHECK(six_x[i] == Approx(6 * xs[i]).epsilon(1e-12));
+  }
 }
