@@ -177,6 +177,8 @@ expected<graph::graph> trace(const function::body& fn, const std::vector<graph::
     return e.err();
   } catch (const std::exception& e) {
     return make_error(errc::invalid_argument, std::string{"the traced function threw: "} + e.what());
+  } catch (...) {
+    return make_error(errc::invalid_argument, "the traced function threw a non-standard exception");
   }
   std::vector<graph::node_id> outputs;
   for (const auto& r : results) {

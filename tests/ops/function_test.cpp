@@ -285,3 +285,14 @@ TEST_CASE("every fusible op has a CUDA form, and equal programs compile once", "
     CHECK(first->find(".target sm_90") != std::string::npos);
   }
 }
+
+TEST_CASE("a callable that throws while traced gives an error, not a crash", "[graph][function]") {
+  function odd{[](const syms&) -> syms { throw 42; }};
+  auto r = odd({random_tensor({2}, 1)});
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error_value().message, Catch::Contains("non-standard exception"));
+  function plain{[](const syms&) -> syms { throw std::runtime_error("no such layer"); }};
+  auto p = plain({random_tensor({2}, 1)});
+  REQUIRE_FALSE(p);
+  CHECK_THAT(p.error_value().message, Catch::Contains("no such layer"));
+}
