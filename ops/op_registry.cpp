@@ -2,6 +2,7 @@
 
 #include <array>
 #include <exception>
+#include <tuple>
 #include <type_traits>
 
 #include "ops/array_ops.hpp"
@@ -332,26 +333,21 @@ void register_array_ops(op_registry& r) {
 
 // Random ops: attributes shape, seed, dtype ("f32"), and low/high or mean/stddev.
 void register_random(op_registry& r) {
-  r.add("random_uniform", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
-    AF_TRY(expect_inputs("random_uniform", in, 0));
-    AF_TRY_ASSIGN(auto dims, a.get_ints("shape"));
-    AF_TRY_ASSIGN(auto seed, a.get_int("seed", 0));
-    AF_TRY_ASSIGN(auto type_name, a.get_string("dtype", std::string{"f32"}));
-    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
-    AF_TRY_ASSIGN(auto low, a.get_float("low", 0.0));
-    AF_TRY_ASSIGN(auto high, a.get_float("high", 1.0));
-    return one(random_uniform(shape(dims), static_cast<uint64_t>(seed), type, low, high));
-  });
-  r.add("random_normal", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
-    AF_TRY(expect_inputs("random_normal", in, 0));
-    AF_TRY_ASSIGN(auto dims, a.get_ints("shape"));
-    AF_TRY_ASSIGN(auto seed, a.get_int("seed", 0));
-    AF_TRY_ASSIGN(auto type_name, a.get_string("dtype", std::string{"f32"}));
-    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
-    AF_TRY_ASSIGN(auto mean, a.get_float("mean", 0.0));
-    AF_TRY_ASSIGN(auto stddev, a.get_float("stddev", 1.0));
-    return one(random_normal(shape(dims), static_cast<uint64_t>(seed), type, mean, stddev));
-  });
+  using sampler = expected<tensor> (*)(const shape&, uint64_t, dtype, double, double);
+  const std::tuple<const char*, sampler, const char*, double, const char*, double> ops[] = {
+      {"random_uniform", &random_uniform, "low", 0.0, "high", 1.0},
+      {"random_normal", &random_normal, "mean", 0.0, "stddev", 1.0}};
+  for (auto [name, sample, first, first_default, second, second_default] : ops)
+    r.add(name, [=](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+      AF_TRY(expect_inputs(name, in, 0));
+      AF_TRY_ASSIGN(auto dims, a.get_ints("shape"));
+      AF_TRY_ASSIGN(auto seed, a.get_int("seed", 0));
+      AF_TRY_ASSIGN(auto type_name, a.get_string("dtype", std::string{"f32"}));
+      AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
+      AF_TRY_ASSIGN(auto x, a.get_float(first, first_default));
+      AF_TRY_ASSIGN(auto y, a.get_float(second, second_default));
+      return one(sample(shape(dims), static_cast<uint64_t>(seed), type, x, y));
+    });
 }
 
 void register_cpu_kernels(op_registry& registry) {

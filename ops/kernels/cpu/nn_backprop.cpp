@@ -42,6 +42,19 @@ expected<void> check_float(const char* op, const tensor& a, const tensor& b) {
   return {};
 }
 
+// Calls visit(i, j, ih, iw) for each filter tap of output pixel (y, x) that lands inside the input.
+template <class Visit>
+void for_each_tap(const window_plan& p, int64_t y, int64_t x, Visit visit) {
+  for (int64_t i = 0; i < p.kh; ++i) {
+    const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
+    if (ih < 0 || ih >= p.h) continue;
+    for (int64_t j = 0; j < p.kw; ++j) {
+      const int64_t iw = x * p.sw - p.pad_left + j * p.dw;
+      if (iw >= 0 && iw < p.w) visit(i, j, ih, iw);
+    }
+  }
+}
+
 template <class T>
 void input_grad(const T* g, const T* f, T* dx, const window_plan& p) {
   parallel_for(p.n, 1, [&](int64_t b0, int64_t b1) {
@@ -49,22 +62,16 @@ void input_grad(const T* g, const T* f, T* dx, const window_plan& p) {
       for (int64_t y = 0; y < p.oh; ++y)
         for (int64_t x = 0; x < p.ow; ++x) {
           const T* go = g + ((b * p.oh + y) * p.ow + x) * p.cout;
-          for (int64_t i = 0; i < p.kh; ++i) {
-            const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
-            if (ih < 0 || ih >= p.h) continue;
-            for (int64_t j = 0; j < p.kw; ++j) {
-              const int64_t iw = x * p.sw - p.pad_left + j * p.dw;
-              if (iw < 0 || iw >= p.w) continue;
-              T* d = dx + ((b * p.h + ih) * p.w + iw) * p.cin;
-              const T* fk = f + (i * p.kw + j) * p.cg * p.cout;
-              for (int64_t grp = 0; grp < p.groups; ++grp)
-                for (int64_t ci = 0; ci < p.cg; ++ci) {
-                  T sum = 0;
-                  for (int64_t co = grp * p.coutg; co < (grp + 1) * p.coutg; ++co) sum += go[co] * fk[ci * p.cout + co];
-                  d[grp * p.cg + ci] += sum;
-                }
-            }
-          }
+          for_each_tap(p, y, x, [&](int64_t i, int64_t j, int64_t ih, int64_t iw) {
+            T* d = dx + ((b * p.h + ih) * p.w + iw) * p.cin;
+            const T* fk = f + (i * p.kw + j) * p.cg * p.cout;
+            for (int64_t grp = 0; grp < p.groups; ++grp)
+              for (int64_t ci = 0; ci < p.cg; ++ci) {
+                T sum = 0;
+                for (int64_t co = grp * p.coutg; co < (grp + 1) * p.coutg; ++co) sum += go[co] * fk[ci * p.cout + co];
+                d[grp * p.cg + ci] += sum;
+              }
+          });
         }
   });
 }
@@ -78,17 +85,11 @@ void filter_grad(const T* in, const T* g, T* df, const window_plan& p) {
         for (int64_t y = 0; y < p.oh; ++y)
           for (int64_t x = 0; x < p.ow; ++x) {
             const T go = g[((b * p.oh + y) * p.ow + x) * p.cout + co];
-            for (int64_t i = 0; i < p.kh; ++i) {
-              const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
-              if (ih < 0 || ih >= p.h) continue;
-              for (int64_t j = 0; j < p.kw; ++j) {
-                const int64_t iw = x * p.sw - p.pad_left + j * p.dw;
-                if (iw < 0 || iw >= p.w) continue;
-                const T* src = in + ((b * p.h + ih) * p.w + iw) * p.cin + grp * p.cg;
-                T* d = df + (i * p.kw + j) * p.cg * p.cout + co;
-                for (int64_t ci = 0; ci < p.cg; ++ci) d[ci * p.cout] += go * src[ci];
-              }
-            }
+            for_each_tap(p, y, x, [&](int64_t i, int64_t j, int64_t ih, int64_t iw) {
+              const T* src = in + ((b * p.h + ih) * p.w + iw) * p.cin + grp * p.cg;
+              T* d = df + (i * p.kw + j) * p.cg * p.cout + co;
+              for (int64_t ci = 0; ci < p.cg; ++ci) d[ci * p.cout] += go * src[ci];
+            });
           }
     }
   });
