@@ -10,6 +10,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/caf_error.hpp"
+#include "actors/resume_ordered.hpp"
 #include "actors/tracing.hpp"
 
 namespace af {
@@ -35,7 +36,9 @@ error on_device(const std::string& device, const std::string& op, error err) {
   return err;
 }
 
-device_actor::behavior_type cpu_device(device_actor::stateful_pointer<device_state> self,
+using cpu_device_actor = detail::resume_ordered<caf::stateful_actor<device_state, device_actor::base>>;
+
+device_actor::behavior_type cpu_device(cpu_device_actor* self,
                                        std::string name, std::shared_ptr<allocator> memory,
                                        std::shared_ptr<const op_registry> ops) {
   auto& st = self->state;

@@ -14,6 +14,7 @@
 
 #include "actors/caf_error.hpp"
 #include "actors/message_types.hpp"
+#include "actors/resume_ordered.hpp"
 #include "actors/runtime.hpp"
 #include "actors/tsan_handoff.hpp"
 #include "ops/codegen/cpu_fused.hpp"
@@ -56,7 +57,7 @@ struct node_state {
   uint32_t received = 0;
 };
 
-using node_actor = caf::stateful_actor<node_state>;
+using node_actor = detail::resume_ordered<caf::stateful_actor<node_state>>;
 
 expected<tensor> compute(const node_plan& p, const std::vector<tensor>& inputs) {
   if (p.program) return codegen::run_fused_cpu(*p.program, inputs);

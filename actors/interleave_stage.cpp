@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "actors/resume_ordered.hpp"
 #include "actors/stage_actor.hpp"
 
 namespace af::detail {
@@ -45,7 +46,7 @@ struct interleave_state {
   bool step_pending = false;
 };
 
-using interleave_actor = caf::stateful_actor<interleave_state>;
+using interleave_actor = detail::resume_ordered<caf::stateful_actor<interleave_state>>;
 
 // Spawns the next child as a source stage and asks it for its first elements; nullopt once the
 // input is exhausted (then outer_done), an error when opening failed.

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "actors/resume_ordered.hpp"
 #include "actors/stage_actor.hpp"
 
 namespace af::detail {
@@ -58,7 +59,7 @@ struct worker_state {
   int64_t reported_busy_ns = 0;
 };
 
-using worker_actor = caf::stateful_actor<worker_state>;
+using worker_actor = detail::resume_ordered<caf::stateful_actor<worker_state>>;
 
 caf::behavior map_worker(worker_actor* self, transform_fn fn, std::string stage, uint32_t id) {
   auto& st = self->state;
@@ -156,7 +157,7 @@ struct parallel_map_state {
   int64_t rest_since = 0;
 };
 
-using parallel_map_actor = caf::stateful_actor<parallel_map_state>;
+using parallel_map_actor = detail::resume_ordered<caf::stateful_actor<parallel_map_state>>;
 
 // -- behaviour ----------------------------------------------------------------------------------
 

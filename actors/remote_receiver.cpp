@@ -14,6 +14,7 @@
 #include "actors/remote_node.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/remote_socket.hpp"
+#include "actors/resume_ordered.hpp"
 #include "actors/tsan_handoff.hpp"
 
 namespace af {
@@ -82,7 +83,7 @@ void report_to_sender(const caf::actor& sender, const error& err) {
   if (sender && err) caf::anon_send(sender, flow::fail_atom::value, to_caf_error(err));
 }
 
-caf::behavior receiver_control(caf::event_based_actor* self, std::shared_ptr<receiver_shared> shared,
+caf::behavior receiver_control(detail::resume_ordered<caf::event_based_actor>* self, std::shared_ptr<receiver_shared> shared,
                                uint16_t data_port, uint32_t max_window) {
   self->set_down_handler([=](caf::down_msg& msg) {
     std::string who;

@@ -11,6 +11,7 @@
 #include "actors/remote_node.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/remote_socket.hpp"
+#include "actors/resume_ordered.hpp"
 #include "actors/tsan_handoff.hpp"
 
 namespace af {
@@ -72,7 +73,7 @@ struct sender_gate {
   }
 };
 
-caf::behavior sender_control(caf::event_based_actor* self, caf::actor receiver,
+caf::behavior sender_control(detail::resume_ordered<caf::event_based_actor>* self, caf::actor receiver,
                              std::shared_ptr<sender_gate> gate, std::string peer, uint32_t transport,
                              uint32_t window, caf::timespan timeout) {
   self->monitor(receiver);

@@ -6,6 +6,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/resume_ordered.hpp"
 #include "actors/stage_actor.hpp"
 
 namespace af::detail {
@@ -27,7 +28,7 @@ struct sink_state {
   bool finished = false;
 };
 
-using sink_actor = caf::stateful_actor<sink_state>;
+using sink_actor = detail::resume_ordered<caf::stateful_actor<sink_state>>;
 
 // -- behaviour ----------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/resume_ordered.hpp"
 #include "actors/stage_actor.hpp"
 
 namespace af::detail {
@@ -21,7 +22,7 @@ struct source_state {
   bool step_pending = false;
 };
 
-using source_actor = caf::stateful_actor<source_state>;
+using source_actor = detail::resume_ordered<caf::stateful_actor<source_state>>;
 
 // -- behaviour ----------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include "actors/resume_ordered.hpp"
 #include "actors/stage_actor.hpp"
 
 namespace af::detail {
@@ -30,7 +31,7 @@ struct transform_state {
   bool step_pending = false;
 };
 
-using transform_actor = caf::stateful_actor<transform_state>;
+using transform_actor = detail::resume_ordered<caf::stateful_actor<transform_state>>;
 
 // -- behaviour ----------------------------------------------------------------------------------
 
