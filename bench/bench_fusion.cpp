@@ -102,9 +102,9 @@ int main(int argc, char** argv) {
   // training step of an MLP (batch 256, 784 -> 256 -> 10, forward, backward, SGD), run by the
   // interpreter (a loop on this thread) and by the actors.
   function train_step{[](const std::vector<sym>& in) {
-    const auto &x = in[0], &y = in[1], &w1 = in[2], &w2 = in[3];
-    auto logits = matmul(gelu(matmul(x, w1)), w2);
-    auto loss = reduce_mean((logits - y) * (logits - y));
+    const auto &input = in[0], &target = in[1], &w1 = in[2], &w2 = in[3];
+    auto logits = matmul(gelu(matmul(input, w1)), w2);
+    auto loss = reduce_mean((logits - target) * (logits - target));
     auto g = gradients(loss, {w1, w2});
     return std::vector<sym>{loss, w1 - g[0] * 0.01, w2 - g[1] * 0.01};
   }};
@@ -127,10 +127,10 @@ int main(int argc, char** argv) {
   std::vector<double> interp_s, actor_s;
   const int step_reps = quick ? 15 : 50;
   for (int r = 0; r < step_reps + 2; ++r) {
-    const double a = bench::seconds_of([&] { (void)graph::interpret(step_graph, step_args).value(); });
+    const double a_s = bench::seconds_of([&] { (void)graph::interpret(step_graph, step_args).value(); });
     const double b2 = bench::seconds_of([&] { (void)executor->run(step_args).value(); });
     if (r >= 2) {  // the first two warm caches and allocator
-      interp_s.push_back(a);
+      interp_s.push_back(a_s);
       actor_s.push_back(b2);
     }
   }
