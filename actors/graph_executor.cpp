@@ -8,6 +8,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <optional>
 #include <string>
@@ -16,9 +17,12 @@
 #include "actors/message_types.hpp"
 #include "actors/resume_ordered.hpp"
 #include "actors/runtime.hpp"
+#include "actors/tracing.hpp"
 #include "actors/tsan_handoff.hpp"
+#include "ops/allocator.hpp"
 #include "ops/codegen/cpu_fused.hpp"
 #include "ops/graph/interpreter.hpp"
+#include "ops/op_registry.hpp"
 
 namespace af {
 
@@ -47,7 +51,10 @@ struct node_plan {
   std::vector<reader> readers;
   std::vector<uint32_t> graph_outputs;  // indices of the graph's outputs this node is
   caf::actor caller;
-  std::string where;  // "node 7 (matmul, model.cpp:12)"
+  std::string where;  // "node 7 (matmul, model.cpp:12) on cpu:0"
+  std::string activity;  // "cpu:0/matmul#7": the row of its spans in a trace
+  std::shared_ptr<allocator> memory;  // the device's
+  std::shared_ptr<const op_registry> ops;
 };
 
 struct node_state {
@@ -55,16 +62,21 @@ struct node_state {
   uint64_t step = 0;
   std::vector<tensor> inputs;
   uint32_t received = 0;
+  std::unique_ptr<trace::activity> act;
+  trace::name_id op_name = 0;
 };
 
 using node_actor = detail::resume_ordered<caf::stateful_actor<node_state>>;
 
 expected<tensor> compute(const node_plan& p, const std::vector<tensor>& inputs) {
+  allocator_scope on_device{p.memory};
   if (p.program) return codegen::run_fused_cpu(*p.program, inputs);
-  return graph::evaluate_op(p.op, inputs);
+  return graph::evaluate_op(p.op, inputs, *p.ops);
 }
 
 caf::behavior node_behavior(node_actor* self, std::shared_ptr<node_plan> plan) {
+  self->state.act = std::make_unique<trace::activity>(plan->activity);
+  self->state.op_name = trace::intern(plan->op.op);
   self->state.plan = std::move(plan);
   return {
       [self](gx_input_atom, uint64_t step, uint32_t slot, tensor& value) {
@@ -82,7 +94,9 @@ caf::behavior node_behavior(node_actor* self, std::shared_ptr<node_plan> plan) {
           ++st.received;
         }
         if (st.received < p.arriving) return;
+        const int64_t start = trace::now_ns();
         auto made = compute(p, st.inputs);
+        st.act->busy_since(start, st.op_name, 1);
         st.inputs.clear();
         if (!made) {
           self->send(p.caller, gx_failed_atom::value, step,
@@ -123,8 +137,35 @@ graph_executor::~graph_executor() {
 
 std::size_t graph_executor::actor_count() const noexcept { return impl_ ? impl_->actors.size() : 0; }
 
-expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph g) {
+namespace {
+
+// The options' devices with defaults filled in; "cpu:0" when none are given.
+expected<std::vector<executor_device>> devices_of(executor_options options) {
+  auto devices = std::move(options.devices);
+  if (devices.empty()) devices.emplace_back();
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    auto& d = devices[i];
+    if (d.name.empty()) return make_error(errc::invalid_argument, "graph executor: device " + std::to_string(i) + " has no name");
+    for (std::size_t j = 0; j < i; ++j)
+      if (devices[j].name == d.name)
+        return make_error(errc::invalid_argument, "graph executor: device '" + d.name + "' is listed twice");
+    if (!d.memory) d.memory = cpu_allocator();
+    if (!d.ops) d.ops = default_op_registry();
+  }
+  return devices;
+}
+
+std::string device_names(const std::vector<executor_device>& devices) {
+  std::string out;
+  for (const auto& d : devices) out += (out.empty() ? "" : ", ") + d.name;
+  return out;
+}
+
+}  // namespace
+
+expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph g, executor_options options) {
   AF_TRY(g.verify());
+  AF_TRY_ASSIGN(const auto devices, devices_of(std::move(options)));
   auto state = std::make_unique<impl>(rt.system());
   const auto& nodes = g.nodes();
   const caf::actor caller = caf::actor_cast<caf::actor>(state->caller);
@@ -147,7 +188,19 @@ expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph g) {
       else ++p->arriving;
     }
     p->caller = caller;
-    p->where = "node " + std::to_string(i) + " (" + n.op + (n.label.empty() ? "" : ", " + n.label) + ")";
+    const std::string node_name = "node " + std::to_string(i) + " (" + n.op + (n.label.empty() ? "" : ", " + n.label) + ")";
+    const executor_device* device = &devices.front();
+    if (!n.device.empty()) {
+      auto named = std::find_if(devices.begin(), devices.end(), [&](const executor_device& d) { return d.name == n.device; });
+      if (named == devices.end())
+        return make_error(errc::invalid_argument, node_name + " is placed on '" + n.device +
+                                                      "', but the executor's devices are " + device_names(devices));
+      device = &*named;
+    }
+    p->where = node_name + " on " + device->name;
+    p->activity = device->name + "/" + n.op + "#" + std::to_string(i);
+    p->memory = device->memory;
+    p->ops = device->ops;
     plans[i] = std::move(p);
   }
   for (std::size_t o = 0; o < g.outputs().size(); ++o) {

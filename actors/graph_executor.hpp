@@ -10,21 +10,45 @@
 //   auto outputs = exec.run({x, w});
 //
 // One step at a time per executor (run() blocks until every output is in, or the first error).
+//
+// Each node runs on a device: the one its placement names (af::device_scope while tracing), or the
+// first device when it has none. A device's allocator holds the outputs of its nodes (so its
+// memory_limit bounds them, and exceeding it fails the step naming the node) and its op table
+// runs their kernels. With tracing on, every node records its kernels' spans under
+// "<device>/<op>#<node>".
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ops/graph/graph.hpp"
 
 namespace af {
 
+class allocator;
+class op_registry;
 class runtime;
+
+/// A device nodes are placed on.
+struct executor_device {
+  std::string name = "cpu:0";
+  /// Holds the device's node outputs; null: the CPU allocator current at launch.
+  std::shared_ptr<allocator> memory;
+  /// Runs the device's kernels; null: default_op_registry().
+  std::shared_ptr<const op_registry> ops;
+};
+
+struct executor_options {
+  /// The devices placements may name; unplaced nodes run on the first. Empty: one "cpu:0".
+  std::vector<executor_device> devices;
+};
 
 class graph_executor {
  public:
-  /// Spawns the graph's actors; invalid_argument when the graph does not verify.
-  static expected<graph_executor> launch(runtime& rt, graph::graph g);
+  /// Spawns the graph's actors; invalid_argument when the graph does not verify or a node is
+  /// placed on a device the options do not name (the error names the node and the devices).
+  static expected<graph_executor> launch(runtime& rt, graph::graph g, executor_options options = {});
 
   graph_executor(graph_executor&&) noexcept;
   graph_executor& operator=(graph_executor&&) noexcept;

@@ -251,6 +251,12 @@ std::vector<std::optional<node_id>> input_gradients(emitter& e, const node& n, n
 
 expected<std::vector<node_id>> add_gradients(graph_builder& b, node_id y, const std::vector<node_id>& xs) {
   emitter e{b};
+  // Each rule is placed on its op's device; the caller's placement holds again afterwards.
+  struct restore_placement {
+    graph_builder& b;
+    std::string device;
+    ~restore_placement() { b.place_on(std::move(device)); }
+  } restore{b, b.placement()};
   try {
     if (!is_floating(b.type_of(y).type))
       return make_error(errc::dtype_mismatch, "gradients need a floating value, got " + to_string(b.type_of(y)));
@@ -276,6 +282,8 @@ expected<std::vector<node_id>> add_gradients(graph_builder& b, node_id y, const 
       if (found == grad.end() || !from_x[i] || !needed[i]) continue;
       const node n = b.at(id);  // a copy: adding nodes may move the builder's storage
       if (n.inputs.empty()) continue;
+      // An op's gradient runs where the op runs (its inputs and output live there).
+      b.place_on(n.device);
       const auto gs = input_gradients(e, n, id, found->second);
       for (std::size_t k = 0; k < n.inputs.size() && k < gs.size(); ++k) {
         const node_id in = n.inputs[k];
@@ -284,6 +292,7 @@ expected<std::vector<node_id>> add_gradients(graph_builder& b, node_id y, const 
         if (!fresh) slot->second = e.add(slot->second, *gs[k]);
       }
     }
+    b.place_on(restore.device);
     std::vector<node_id> out;
     for (auto x : xs) {
       auto found = grad.find(x);

@@ -98,6 +98,13 @@ sym where(const sym& condition, const sym& a, const sym& b, where_from from) {
 sym greater(const sym& a, const sym& b, where_from from) { return apply("greater", {a, b}, {}, from); }
 sym less(const sym& a, const sym& b, where_from from) { return apply("less", {a, b}, {}, from); }
 
+device_scope::device_scope(const sym& in_trace_of, std::string device)
+    : builder_(in_trace_of.builder()), previous_(builder_->placement()) {
+  builder_->place_on(std::move(device));
+}
+
+device_scope::~device_scope() { builder_->place_on(std::move(previous_)); }
+
 std::vector<sym> gradients(const sym& y, const std::vector<sym>& xs, where_from from) {
   std::vector<graph::node_id> ids;
   for (const auto& x : xs) {
@@ -165,7 +172,7 @@ sym broadcast_to(const sym& x, std::vector<int64_t> dims, where_from from) {
   return apply("broadcast_to", {x}, {{"shape", std::move(dims)}}, from);
 }
 
-expected<graph::graph> trace(const function::body& fn, const std::vector<graph::value_type>& signature) {
+expected<graph::graph> trace_graph(const function::body& fn, const std::vector<graph::value_type>& signature) {
   graph::graph_builder b;
   std::vector<sym> args;
   for (std::size_t i = 0; i < signature.size(); ++i)
@@ -208,7 +215,7 @@ expected<std::shared_ptr<const concrete_function>> function::concrete(const std:
     traced_signature = *options_.input_signature;
   }
   ++traces_;
-  AF_TRY_ASSIGN(auto traced, trace(fn_, traced_signature));
+  AF_TRY_ASSIGN(auto traced, trace_graph(fn_, traced_signature));
   AF_TRY(traced.verify());
   graph::graph optimized = traced;
   if (options_.optimize) {

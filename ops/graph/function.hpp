@@ -115,6 +115,21 @@ sym one_hot(const sym& indices, int64_t depth, dtype type = dtype::f32, where_fr
 sym transpose(const sym& x, std::vector<int64_t> perm, where_from from = where_from::current());
 sym broadcast_to(const sym& x, std::vector<int64_t> dims, where_from from = where_from::current());
 
+/// Places the ops traced while it lives on `device` ("cpu:1"; the executor maps names to devices),
+/// as `with tf.device(...)` does; the trace's previous placement holds again when it ends. Gradient
+/// ops go where their forward op is.
+class device_scope {
+ public:
+  device_scope(const sym& in_trace_of, std::string device);
+  ~device_scope();
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  graph::graph_builder* builder_;
+  std::string previous_;
+};
+
 /// d sum(y) / d x for each x, as part of the trace (reverse mode; see ops/graph/autodiff.hpp). A
 /// value with no gradient rule on the way fails the trace naming the op.
 std::vector<sym> gradients(const sym& y, const std::vector<sym>& xs, where_from from = where_from::current());
@@ -155,7 +170,8 @@ class function {
   int64_t traces_ = 0;
 };
 
-/// Traces `fn` on parameters of `signature` into a graph (no passes).
-expected<graph::graph> trace(const function::body& fn, const std::vector<graph::value_type>& signature);
+/// Traces `fn` on parameters of `signature` into a graph (no passes). (Not `trace`: that is the
+/// namespace of the span recorder, actors/tracing.hpp.)
+expected<graph::graph> trace_graph(const function::body& fn, const std::vector<graph::value_type>& signature);
 
 }  // namespace af

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <functional>
 #include <string_view>
+#include <utility>
 
 #include "ops/passes/fusion.hpp"
 
@@ -170,7 +171,7 @@ expected<node_id> graph_builder::add(const std::string& op, std::vector<node_id>
     in.push_back(g_.at(id).out);
   }
   AF_TRY_ASSIGN(auto out, infer_output(op, in, attrs));
-  node n{op, std::move(out), std::move(inputs), std::move(attrs), {}, std::move(label)};
+  node n{op, std::move(out), std::move(inputs), std::move(attrs), device_, std::move(label)};
   if (never_merged(op)) return observed(append(std::move(n)));
   const std::size_t h = hash_node(n);
   for (auto id : by_hash_[h])
@@ -181,8 +182,8 @@ expected<node_id> graph_builder::add(const std::string& op, std::vector<node_id>
 }
 
 node_id graph_builder::add_fused(std::vector<node_id> inputs, std::shared_ptr<const fused_program> program,
-                                 value_type out, std::string label) {
-  const node_id id = append(node{"fused", std::move(out), std::move(inputs), {}, {}, std::move(label)});
+                                 value_type out, std::string label, std::string device) {
+  const node_id id = append(node{"fused", std::move(out), std::move(inputs), {}, std::move(device), std::move(label)});
   g_.programs_.emplace(id, std::move(program));
   return id;
 }
@@ -191,13 +192,15 @@ expected<node_id> graph_builder::copy(const graph& from, node_id id, std::vector
   const node& n = from.at(id);
   if (n.op == "parameter") return parameter(n.out, n.label);
   if (n.op == "constant") return constant(from.constant_value(id));
-  if (n.op == "fused") return add_fused(std::move(inputs), from.programs_.at(id), n.out, n.label);
+  if (n.op == "fused") return add_fused(std::move(inputs), from.programs_.at(id), n.out, n.label, n.device);
   if (n.op == "variable") {
     const node_id copied = append(node{n.op, n.out, {}, n.attrs, n.device, n.label});
     return copied;
   }
-  AF_TRY_ASSIGN(auto copied, add(n.op, std::move(inputs), n.attrs, n.label));
-  g_.nodes_[static_cast<std::size_t>(copied)].device = n.device;
+  // On the node's own device, so that it merges only with equal nodes there.
+  std::string placed = std::exchange(device_, n.device);
+  auto copied = add(n.op, std::move(inputs), n.attrs, n.label);
+  device_ = std::move(placed);
   return copied;
 }
 

@@ -76,9 +76,14 @@ class graph_builder {
   expected<node_id> add(const std::string& op, std::vector<node_id> inputs, op_attrs attrs = {}, std::string label = {});
   /// A fused group (made by the fusion pass): inputs, the program and its output type.
   node_id add_fused(std::vector<node_id> inputs, std::shared_ptr<const fused_program> program, value_type out,
-                    std::string label = {});
+                    std::string label = {}, std::string device = {});
   /// Copies a node of another graph whose inputs were already mapped to this builder's nodes.
   expected<node_id> copy(const graph& from, node_id id, std::vector<node_id> inputs);
+
+  /// The device that nodes added from now on are placed on ("" = wherever the executor runs the
+  /// graph). Equal ops on different devices stay separate nodes.
+  void place_on(std::string device) { device_ = std::move(device); }
+  const std::string& placement() const noexcept { return device_; }
 
   const value_type& type_of(node_id id) const { return g_.at(id).out; }
   const node& at(node_id id) const { return g_.at(id); }
@@ -97,6 +102,7 @@ class graph_builder {
   node_id append(node n);
   expected<node_id> observed(node_id id);
   observer observer_;
+  std::string device_;
   graph g_;
   std::unordered_map<std::size_t, std::vector<node_id>> by_hash_;
 };

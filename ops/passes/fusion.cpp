@@ -84,7 +84,8 @@ graph fuse_elementwise(const graph& g) {
     in_group[i] = true;
     for (auto in : nodes[i].inputs) {
       const auto p = static_cast<std::size_t>(in);
-      if (in_group[p] && consumers[p] == 1 && nodes[p].out.dims == nodes[i].out.dims)
+      if (in_group[p] && consumers[p] == 1 && nodes[p].out.dims == nodes[i].out.dims &&
+          nodes[p].device == nodes[i].device)
         grouping.join(static_cast<int>(i), static_cast<int>(p));
     }
   }
@@ -129,7 +130,7 @@ graph fuse_elementwise(const graph& g) {
         program->steps.push_back(std::move(step));
         value_of[m] = first_step + static_cast<int>(k);
       }
-      mapped[i] = b.add_fused(std::move(inputs), std::move(program), x.out, x.label);
+      mapped[i] = b.add_fused(std::move(inputs), std::move(program), x.out, x.label, x.device);
       continue;
     }
     std::vector<node_id> inputs;

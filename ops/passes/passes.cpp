@@ -21,6 +21,7 @@ graph rebuild(const graph& g, const std::vector<bool>& keep, const rewrite_fn& r
     const auto id = static_cast<node_id>(i);
     std::vector<node_id> inputs;
     for (auto in : g.at(id).inputs) inputs.push_back(mapped[static_cast<std::size_t>(in)]);
+    b.place_on(g.at(id).device);  // a replacement runs where the node it replaces ran
     if (rewrite)
       if (auto replaced = rewrite(b, g, id, inputs)) {
         mapped[i] = *replaced;

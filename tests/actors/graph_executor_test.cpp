@@ -7,6 +7,7 @@
 
 #include "actors/graph_executor.hpp"
 #include "actors/runtime.hpp"
+#include "actors/tracing.hpp"
 #include "ops/graph/function.hpp"
 #include "ops/graph/interpreter.hpp"
 #include "ops/random.hpp"
@@ -91,4 +92,77 @@ TEST_CASE("nodes without inputs arriving fire at each step", "[actors][graph]") 
   const auto expected_noise = *random_uniform({4}, 7, dtype::f64);
   const auto got = out->front().to_vector<double>(), a = xs.to_vector<double>(), n = expected_noise.to_vector<double>();
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(a[i] + n[i]));
+}
+
+TEST_CASE("nodes placed on a device allocate from its allocator and the rest run on the first", "[actors][graph]") {
+  runtime rt{{.scheduler_threads = 2}};
+  function fn{[](const syms& in) {
+    auto hidden = relu(matmul(in[0], in[1]));  // unplaced: the first device
+    device_scope on{in[0], "cpu:1"};
+    return syms{reduce_sum(matmul(hidden, in[1], false, true), {1})};
+  }};
+  auto concrete = fn.concrete({{dtype::f64, {8, 6}}, {dtype::f64, {6, 6}}});
+  REQUIRE(concrete);
+  auto first = make_cpu_allocator({.name = "cpu:0"}).value();
+  auto second = make_cpu_allocator({.name = "cpu:1"}).value();
+  auto exec = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{"cpu:0", first, nullptr}, {"cpu:1", second, nullptr}}});
+  REQUIRE(exec);
+  const std::vector<tensor> args{random_tensor({8, 6}, 1), random_tensor({6, 6}, 2)};
+  trace::clear();
+  trace::start();
+  auto got = exec->run(args);
+  trace::stop();
+  if (!got) FAIL(got.error_value().to_string());
+  check_equal(got->front(), graph::interpret((*concrete)->optimized, args).value().front());
+  // cpu:0 made the first matmul and relu; cpu:1 the second matmul and the sum.
+  CHECK(first->stats().allocations >= 2);
+  CHECK(second->stats().allocations >= 2);
+  // Each node's kernel is a busy span on its device's row.
+  std::size_t matmuls_on[2] = {0, 0};
+  for (const auto& s : trace::collect())
+    if (s.cat == trace::category::busy && s.name == "matmul") {
+      if (s.actor.rfind("cpu:0/matmul#", 0) == 0) ++matmuls_on[0];
+      if (s.actor.rfind("cpu:1/matmul#", 0) == 0) ++matmuls_on[1];
+    }
+  CHECK(matmuls_on[0] == 1);
+  CHECK(matmuls_on[1] == 1);
+}
+
+TEST_CASE("a device's memory limit fails the step naming the node and the device", "[actors][graph]") {
+  runtime rt{{.scheduler_threads = 2}};
+  function fn{[](const syms& in) {
+    device_scope on{in[0], "small"};
+    return syms{matmul(in[0], in[0], false, true)};  // 256 x 256 doubles: 512 KiB
+  }};
+  auto concrete = fn.concrete({{dtype::f64, {256, 4}}});
+  REQUIRE(concrete);
+  auto small = make_cpu_allocator({.memory_limit = 64 << 10, .name = "small"}).value();
+  auto exec = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{"cpu:0"}, {"small", small}}});
+  REQUIRE(exec);
+  auto got = exec->run({random_tensor({256, 4}, 3)});
+  REQUIRE_FALSE(got);
+  CHECK(got.error_value().code == errc::out_of_memory);
+  const std::string& message = got.error_value().message;
+  CHECK(message.find("matmul") != std::string::npos);
+  CHECK(message.find("on small") != std::string::npos);
+  CHECK(small->stats().bytes_in_use == 0);
+}
+
+TEST_CASE("a node placed on a device the executor lacks fails the launch naming both", "[actors][graph]") {
+  runtime rt{{.scheduler_threads = 1}};
+  function fn{[](const syms& in) {
+    device_scope on{in[0], "gpu:0"};
+    return syms{exp(in[0])};
+  }};
+  auto concrete = fn.concrete({{dtype::f64, {4}}});
+  REQUIRE(concrete);
+  auto exec = graph_executor::launch(rt, (*concrete)->optimized);
+  REQUIRE_FALSE(exec);
+  CHECK(exec.error_value().code == errc::invalid_argument);
+  CHECK(exec.error_value().message.find("'gpu:0'") != std::string::npos);
+  CHECK(exec.error_value().message.find("cpu:0") != std::string::npos);
+  CHECK(exec.error_value().message.find("exp") != std::string::npos);
+  auto twice = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{"gpu:0"}, {"gpu:0"}}});
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error_value().message.find("listed twice") != std::string::npos);
 }

@@ -310,3 +310,42 @@ TEST_CASE("a callable that throws while traced gives an error, not a crash", "[g
   REQUIRE_FALSE(p);
   CHECK_THAT(p.error_value().message, Catch::Contains("no such layer"));
 }
+
+TEST_CASE("device_scope places traced ops and their gradients; passes keep devices apart", "[graph]") {
+  function fn{[](const syms& in) {
+    auto here = exp(in[0]) * 2.0;
+    sym there = here;
+    {
+      device_scope on{in[0], "cpu:1"};
+      there = tanh(exp(in[0]) * 2.0);  // the same ops as `here`, on another device
+    }
+    auto loss = reduce_sum(here + there);
+    return syms{loss, gradients(loss, {in[0]})[0]};
+  }};
+  auto concrete = fn.concrete({{dtype::f32, {16}}});
+  REQUIRE(concrete);
+  const auto& traced = (*concrete)->traced;
+  std::size_t exps_on[2] = {0, 0}, tanh_grads_on_1 = 0;
+  for (const auto& n : traced.nodes()) {
+    if (n.op == "exp") ++exps_on[n.device == "cpu:1" ? 1 : 0];
+    CHECK((n.device.empty() || n.device == "cpu:1"));
+  }
+  CHECK(exps_on[0] == 1);  // equal ops on different devices are not merged
+  CHECK(exps_on[1] == 1);
+  // tanh's gradient (1 - tanh^2) * g is built on cpu:1, where tanh runs.
+  for (const auto& n : traced.nodes())
+    if (n.op == "mul" && n.device == "cpu:1") ++tanh_grads_on_1;
+  CHECK(tanh_grads_on_1 >= 2);  // the forward x*2 and at least one gradient product
+  // Fusion groups never span devices: exp*2 fuses on each device separately, with tanh on cpu:1.
+  std::size_t fused_on[2] = {0, 0};
+  for (const auto& n : (*concrete)->optimized.nodes())
+    if (n.op == "fused") ++fused_on[n.device == "cpu:1" ? 1 : 0];
+  CHECK(fused_on[0] >= 1);
+  CHECK(fused_on[1] >= 1);
+  auto x = value_of(af::random_uniform({16}, 5, dtype::f32, -1.0, 1.0));
+  auto got = fn({x});
+  REQUIRE(got);
+  auto want = graph::interpret(traced, {x});
+  REQUIRE(want);
+  check_close(got->front(), want->front(), 1e-5, 1e-5);
+}

@@ -19,7 +19,7 @@ using syms = std::vector<sym>;
 namespace {
 
 graph_t traced(const function::body& fn, const std::vector<value_type>& signature) {
-  auto g = trace(fn, signature);
+  auto g = trace_graph(fn, signature);
   if (!g) FAIL(g.error_value().to_string());
   REQUIRE(g->verify());
   return std::move(*g);
