@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace af::codegen {
 
@@ -34,6 +35,16 @@ namespace af::codegen {
 }
 
 [[gnu::always_inline]] inline float fast_exp(float x) { return exp_in_range(std::min(std::max(x, -87.0f), 88.0f)); }
+
+// e^x with libm's edges: inf past ln(FLT_MAX), subnormals down to 0, NaN for NaN. Arguments
+// outside exp_in_range's range are shifted by 32 and the result scaled back by e^+-32.
+[[gnu::always_inline]] inline float exp_full_range(float x) {
+  const bool tiny = x < -87.0f, huge = x > 87.0f;
+  const float shifted = tiny ? std::max(x, -119.0f) + 32.0f : huge ? std::min(x, 89.0f) - 32.0f : x;
+  const float r = exp_in_range(shifted);
+  const float scaled = tiny ? r * 1.26641655e-14f : huge ? r * 7.89629602e13f : r;
+  return x > 88.7228394f ? std::numeric_limits<float>::infinity() : scaled;
+}
 
 [[gnu::always_inline]] inline float fast_erf(float x) {
   // Beyond 9 erf is 1 in float; the clamp also keeps -a*a within exp_in_range's range.

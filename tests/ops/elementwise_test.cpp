@@ -535,3 +535,42 @@ TEST_CASE("out_of_memory from the allocator propagates out of an elementwise op"
   REQUIRE_FALSE(c);
   CHECK(c.error_value().code == errc::out_of_memory);
 }
+
+TEST_CASE("float exp, sigmoid, tanh, erf and gelu keep libm's edges: overflow, subnormals, infinities, NaN",
+          "[cpu][elementwise]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x = {-inf, -200.0f, -103.0f, -95.0f, -87.5f, -87.0f, 0.0f, 87.5f, 88.5f, 88.8f, 200.0f, inf, nan};
+  const tensor t = tensor::from_vector<float>(x);
+  const auto e = af::exp(t)->to_vector<float>();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("exp(" << x[i] << ") = " << e[i]);
+    if (std::isnan(x[i])) {
+      CHECK(std::isnan(e[i]));
+      continue;
+    }
+    const double want = std::exp(static_cast<double>(x[i]));
+    if (want > std::numeric_limits<float>::max()) CHECK(e[i] == inf);
+    else if (want < std::numeric_limits<float>::denorm_min() / 2) CHECK(e[i] == 0.0f);
+    // Subnormals keep fewer bits: judged against the smallest normal float.
+    else CHECK(std::fabs(e[i] - want) <= 3e-7 * std::max(want, static_cast<double>(std::numeric_limits<float>::min())));
+  }
+  const auto s = af::sigmoid(t)->to_vector<float>();
+  CHECK(s.front() == 0.0f);
+  CHECK(s[s.size() - 2] == 1.0f);
+  CHECK(std::isnan(s.back()));
+  CHECK(std::fabs(s[2] - std::exp(-103.0)) <= 1e-45);  // e^-103: a subnormal, not 0 and not clamped
+  const auto th = af::tanh(t)->to_vector<float>();
+  CHECK(th.front() == -1.0f);
+  CHECK(th[s.size() - 2] == 1.0f);
+  CHECK(std::isnan(th.back()));
+  const auto er = af::erf(t)->to_vector<float>();
+  CHECK(er.front() == -1.0f);
+  CHECK(er[6] == 0.0f);
+  CHECK(er[s.size() - 2] == 1.0f);
+  CHECK(std::isnan(er.back()));
+  const auto g = af::gelu(t)->to_vector<float>();
+  CHECK(g[1] == 0.0f);      // gelu(-200): x * Phi(x) underflows to -0
+  CHECK(g[6] == 0.0f);
+  CHECK(g[10] == 200.0f);   // gelu(200) = 200
+  CHECK(std::isnan(g.back()));
+}
