@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "ops/codegen/fused_steps.hpp"
@@ -12,8 +13,9 @@ namespace af::codegen {
 
 #if defined(AF_FUSED_AVX512)
 // cpu_fused_avx512.cpp: the same step loops built for AVX-512, taken when the CPU has it.
-void run_step_avx512(code c, float* o, const float* a, const float* b, int64_t n);
-void run_step_avx512(code c, double* o, const double* a, const double* b, int64_t n);
+void run_step_avx512(code c, float* o, const float* a, const float* b, int64_t n, affine<float> pre, affine<float> post);
+void run_step_avx512(code c, double* o, const double* a, const double* b, int64_t n, affine<double> pre,
+                     affine<double> post);
 #endif
 
 namespace {
@@ -46,11 +48,119 @@ bool cpu_has_avx512() {
 #endif
 
 template <class T>
-void step(code c, T* o, const T* a, const T* b, int64_t n) {
+void step(code c, T* o, const T* a, const T* b, int64_t n, affine<T> pre, affine<T> post) {
 #if defined(AF_FUSED_AVX512)
-  if (cpu_has_avx512()) return run_step_avx512(c, o, a, b, n);
+  if (cpu_has_avx512()) return run_step_avx512(c, o, a, b, n, pre, post);
 #endif
-  run_step<T>(c, o, a, b, n);
+  run_step<T>(c, o, a, b, n, pre, post);
+}
+
+// A step as it runs: value ids count the inputs first, then the planned steps.
+template <class T>
+struct planned_step {
+  code c;
+  int a = 0, b = -1;
+  affine<T> pre, post;
+};
+
+// The program's steps with multiplies and adds by a single value folded into the loops of unary
+// steps: gelu(x*a + b)*c runs as one loop computing gelu(x*a + b)*c per element instead of four
+// loops through L1. Only forms whose arithmetic matches the unfused steps fold (x*s, x+s, x-s,
+// s-x, and x*s followed by +-t, which the compiler may contract into one fma); anything else,
+// or a value read twice, stays a step of its own.
+template <class T>
+std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vector<code>& codes,
+                                        const std::vector<bool>& is_single, const std::vector<T>& single) {
+  const std::size_t n_in = p.inputs.size(), n_steps = p.steps.size();
+  std::vector<int> uses(n_in + n_steps, 0);
+  for (const auto& st : p.steps)
+    for (int a : st.args) ++uses[static_cast<std::size_t>(a)];
+  ++uses[n_in + n_steps - 1];  // the output
+  std::vector<planned_step<T>> plan;
+  // Per original value: the planned value holding it, or a pending affine of another value.
+  struct pending {
+    int base = -1;
+    affine<T> map;
+  };
+  std::vector<int> planned_as(n_in + n_steps, -1);
+  std::vector<std::optional<pending>> lazy(n_in + n_steps);
+  for (std::size_t i = 0; i < n_in; ++i) planned_as[i] = static_cast<int>(i);
+  auto materialise = [&](int v) {
+    auto& pend = lazy[static_cast<std::size_t>(v)];
+    if (!pend) return planned_as[static_cast<std::size_t>(v)];
+    plan.push_back({code::copy, pend->base, -1, pend->map, {}});
+    planned_as[static_cast<std::size_t>(v)] = static_cast<int>(n_in + plan.size() - 1);
+    pend.reset();
+    return planned_as[static_cast<std::size_t>(v)];
+  };
+  for (std::size_t k = 0; k < n_steps; ++k) {
+    const int out = static_cast<int>(n_in + k);
+    const auto& args = p.steps[k].args;
+    const code c = codes[k];
+    const bool scalar_op = (c == code::add || c == code::sub || c == code::mul) && args.size() == 2 &&
+                           (is_single[static_cast<std::size_t>(args[0])] != is_single[static_cast<std::size_t>(args[1])]) &&
+                           (static_cast<std::size_t>(args[0]) < n_in || static_cast<std::size_t>(args[1]) < n_in);
+    if (scalar_op) {
+      const bool scalar_first = static_cast<std::size_t>(args[0]) < n_in && is_single[static_cast<std::size_t>(args[0])];
+      const int v = scalar_first ? args[1] : args[0];
+      const T s = single[static_cast<std::size_t>(scalar_first ? args[0] : args[1])];
+      // The op as x*scale + shift, or nothing when it has no exact form (s - x is -x + s: exact).
+      std::optional<affine<T>> op;
+      if (c == code::mul) op = affine<T>{s, -T(0)};
+      else if (c == code::add) op = affine<T>{T(1), s};
+      else if (!scalar_first) op = affine<T>{T(1), -s};  // x - s == x + (-s)
+      else op = affine<T>{T(-1), s};                     // s - x == -x + s
+      // Composes `then` after `first` when the pair is still one multiply then one add.
+      auto compose = [](const affine<T>& first, const affine<T>& then) -> std::optional<affine<T>> {
+        if (first.identity()) return then;
+        if (then.scale == T(1) && first.shift == T(0) && std::signbit(first.shift)) return affine<T>{first.scale, then.shift};
+        return std::nullopt;
+      };
+      if (uses[static_cast<std::size_t>(v)] == 1) {
+        if (auto& pend = lazy[static_cast<std::size_t>(v)]) {
+          if (auto both = compose(pend->map, *op)) {
+            lazy[static_cast<std::size_t>(out)] = pending{pend->base, *both};
+            pend.reset();
+            continue;
+          }
+        } else if (const int pv = planned_as[static_cast<std::size_t>(v)];
+                   pv >= static_cast<int>(n_in) && is_unary(plan[static_cast<std::size_t>(pv) - n_in].c)) {
+          auto& producer = plan[static_cast<std::size_t>(pv) - n_in];
+          if (auto both = compose(producer.post, *op)) {
+            producer.post = *both;
+            planned_as[static_cast<std::size_t>(out)] = pv;
+            continue;
+          }
+        }
+      }
+      // Not foldable backwards: maybe into the step that reads it.
+      lazy[static_cast<std::size_t>(out)] = pending{materialise(v), *op};
+      continue;
+    }
+    if (is_unary(c)) {
+      auto& pend = lazy[static_cast<std::size_t>(args[0])];
+      if (pend && uses[static_cast<std::size_t>(args[0])] == 1) {
+        plan.push_back({c, pend->base, -1, pend->map, {}});
+        pend.reset();
+      } else {
+        plan.push_back({c, materialise(args[0]), -1, {}, {}});
+      }
+    } else {
+      const int a = materialise(args[0]);
+      const int b = args.size() > 1 ? materialise(args[1]) : -1;
+      plan.push_back({c, a, b, {}, {}});
+    }
+    planned_as[static_cast<std::size_t>(out)] = static_cast<int>(n_in + plan.size() - 1);
+  }
+  // The last planned step must make the output (true for any program without dead steps).
+  if (materialise(static_cast<int>(n_in + n_steps - 1)) != static_cast<int>(n_in + plan.size() - 1)) {
+    plan.clear();
+    for (std::size_t k = 0; k < n_steps; ++k) {
+      const auto& args = p.steps[k].args;
+      plan.push_back({codes[k], args[0], args.size() > 1 ? args[1] : -1, {}, {}});
+    }
+  }
+  return plan;
 }
 
 constexpr int64_t chunk = 512;  // elements per step loop: every value of a chunk stays in L1
@@ -67,6 +177,9 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
     if (in[i].numel() == 1 && out.numel() != 1) single[i] = in[i].data<T>()[0];
     else full[i] = in[i].data<T>();
   }
+  std::vector<bool> is_single(n_inputs + p.steps.size(), false);
+  for (std::size_t i = 0; i < n_inputs; ++i) is_single[i] = full[i] == nullptr;
+  const auto plan = plan_steps<T>(p, codes, is_single, single);
   T* result = out.data<T>();
   const int64_t total = out.numel();
   // A large output goes out with non-temporal stores: no read of each line before it is written.
@@ -74,12 +187,12 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
                          reinterpret_cast<std::uintptr_t>(result) % 32 == 0;
   parallel_for((total + chunk - 1) / chunk, std::max<int64_t>(1, (1 << 16) / chunk), [&](int64_t first, int64_t last) {
     // Per task: one chunk buffer per value; single-valued inputs are filled once.
-    std::vector<T> scratch(static_cast<std::size_t>((n_inputs + p.steps.size()) * chunk) + 64 / sizeof(T));
+    std::vector<T> scratch(static_cast<std::size_t>((n_inputs + plan.size()) * chunk) + 64 / sizeof(T));
     T* const aligned = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 63) & ~std::uintptr_t{63});
     auto buffer = [&](std::size_t v) { return aligned + v * chunk; };
     for (std::size_t i = 0; i < n_inputs; ++i)
       if (!full[i]) std::fill_n(buffer(i), chunk, single[i]);
-    std::vector<const T*> value(n_inputs + p.steps.size());
+    std::vector<const T*> value(n_inputs + plan.size());
     for (int64_t c = first; c < last; ++c) {
       const int64_t begin = c * chunk;
       const int64_t n = std::min(chunk, total - begin);
@@ -93,15 +206,15 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
             for (std::size_t b = 0; b < chunk * sizeof(T); b += 64) __builtin_prefetch(ahead + b, 0, 2);
           }
       const bool stream_this = streaming && n == chunk;
-      for (std::size_t k = 0; k < p.steps.size(); ++k) {
-        const auto& args = p.steps[k].args;
-        const bool last_step = k + 1 == p.steps.size();
+      for (std::size_t k = 0; k < plan.size(); ++k) {
+        const auto& s = plan[k];
+        const bool last_step = k + 1 == plan.size();
         T* dst = last_step && !stream_this ? result + begin : buffer(n_inputs + k);
-        step<T>(codes[k], dst, value[static_cast<std::size_t>(args[0])],
-                    args.size() > 1 ? value[static_cast<std::size_t>(args[1])] : nullptr, n);
+        step<T>(s.c, dst, value[static_cast<std::size_t>(s.a)], s.b >= 0 ? value[static_cast<std::size_t>(s.b)] : nullptr,
+                n, s.pre, s.post);
         value[n_inputs + k] = dst;
       }
-      if (stream_this) cpu::stream_copy(result + begin, buffer(n_inputs + p.steps.size() - 1), chunk * sizeof(T));
+      if (stream_this) cpu::stream_copy(result + begin, buffer(n_inputs + plan.size() - 1), chunk * sizeof(T));
     }
     if (streaming) cpu::stream_fence();
   });
@@ -109,6 +222,20 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
 }
 
 }  // namespace
+
+expected<std::size_t> cpu_loop_count(const fused_program& p, const std::vector<bool>& single) {
+  if (single.size() != p.inputs.size())
+    return make_error(errc::invalid_argument, "cpu_loop_count: " + std::to_string(single.size()) + " flags for " +
+                                                  std::to_string(p.inputs.size()) + " inputs");
+  std::vector<code> codes;
+  for (const auto& s : p.steps) {
+    AF_TRY_ASSIGN(auto c, code_of(s));
+    codes.push_back(c);
+  }
+  std::vector<bool> is_single(p.inputs.size() + p.steps.size(), false);
+  std::copy(single.begin(), single.end(), is_single.begin());
+  return plan_steps<float>(p, codes, is_single, std::vector<float>(p.inputs.size(), 2.0f)).size();
+}
 
 expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>& inputs, const tensor* reuse) {
   if (inputs.size() != p.inputs.size())

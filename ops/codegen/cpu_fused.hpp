@@ -19,4 +19,9 @@ namespace af::codegen {
 expected<tensor> run_fused_cpu(const graph::fused_program& program, const std::vector<tensor>& inputs,
                                const tensor* reuse = nullptr);
 
+/// How many loops over each chunk `program` runs when the inputs flagged in `single` are single
+/// values: multiplies and adds by a single value fold into the loops of the unary steps around
+/// them (gelu(x*a + b)*c is one loop). unsupported for an op the CPU kernels lack.
+expected<std::size_t> cpu_loop_count(const graph::fused_program& program, const std::vector<bool>& single);
+
 }  // namespace af::codegen

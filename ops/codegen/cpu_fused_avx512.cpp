@@ -5,7 +5,12 @@
 
 namespace af::codegen {
 
-void run_step_avx512(code c, float* o, const float* a, const float* b, int64_t n) { run_step<float>(c, o, a, b, n); }
-void run_step_avx512(code c, double* o, const double* a, const double* b, int64_t n) { run_step<double>(c, o, a, b, n); }
+void run_step_avx512(code c, float* o, const float* a, const float* b, int64_t n, affine<float> pre, affine<float> post) {
+  run_step<float>(c, o, a, b, n, pre, post);
+}
+void run_step_avx512(code c, double* o, const double* a, const double* b, int64_t n, affine<double> pre,
+                     affine<double> post) {
+  run_step<double>(c, o, a, b, n, pre, post);
+}
 
 }  // namespace af::codegen

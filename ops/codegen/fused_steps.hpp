@@ -12,8 +12,19 @@
 namespace af::codegen {
 
 enum class code : uint8_t {
-  add, sub, mul, div, pow, maximum, minimum, neg, abs, relu, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, gelu_erf,
-  gelu_tanh
+  add, sub, mul, div, pow, maximum, minimum,  // binary
+  copy, neg, abs, relu, exp, log, sqrt, rsqrt, tanh, sigmoid, erf, gelu_erf, gelu_tanh  // unary
+};
+
+inline bool is_unary(code c) noexcept { return c >= code::copy; }
+
+/// x * scale + shift around a unary step: scalar multiplies and adds folded into its loop (shift
+/// -0 leaves every x, -0 included, unchanged).
+template <class T>
+struct affine {
+  T scale = T(1);
+  T shift = -T(0);
+  bool identity() const noexcept { return scale == T(1) && shift == T(0) && std::signbit(shift); }
 };
 
 namespace {
@@ -35,18 +46,22 @@ struct math<float> {
 };
 
 template <class T, class F>
-void map1(T* __restrict o, const T* __restrict a, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+void map1(T* __restrict o, const T* __restrict a, int64_t n, affine<T> pre, affine<T> post, F f) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i] * pre.scale + pre.shift) * post.scale + post.shift;
 }
 template <class T, class F>
 void map2(T* __restrict o, const T* __restrict a, const T* __restrict b, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
 }
 
-// One step over one chunk; the formulas match the eager kernels (NaN rules included).
+// One step over one chunk; the formulas match the eager kernels (NaN rules included). `pre` and
+// `post` apply to unary steps only.
 template <class T>
-void run_step(code c, T* o, const T* a, const T* b, int64_t n) {
+void run_step(code c, T* o, const T* a, const T* b, int64_t n, affine<T> pre, affine<T> post) {
   using M = math<T>;
+  auto map1 = [&](T* __restrict out, const T* __restrict in, int64_t count, auto f) {
+    af::codegen::map1(out, in, count, pre, post, f);
+  };
   switch (c) {
     case code::add: return map2(o, a, b, n, [](T x, T y) { return x + y; });
     case code::sub: return map2(o, a, b, n, [](T x, T y) { return x - y; });
@@ -55,6 +70,7 @@ void run_step(code c, T* o, const T* a, const T* b, int64_t n) {
     case code::pow: return map2(o, a, b, n, [](T x, T y) { return std::pow(x, y); });
     case code::maximum: return map2(o, a, b, n, [](T x, T y) { return (x > y || x != x) ? x : y; });
     case code::minimum: return map2(o, a, b, n, [](T x, T y) { return (x < y || x != x) ? x : y; });
+    case code::copy: return map1(o, a, n, [](T x) { return x; });
     case code::neg: return map1(o, a, n, [](T x) { return -x; });
     case code::abs: return map1(o, a, n, [](T x) { return std::fabs(x); });
     case code::relu: return map1(o, a, n, [](T x) { return x < T(0) ? T(0) : x; });

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "graph_test_support.hpp"
+#include "ops/codegen/cpu_fused.hpp"
 #include "ops/codegen/cuda_fused.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/gpu.hpp"
@@ -256,6 +257,57 @@ TEST_CASE("a fused kernel with a 20 MB output, streamed to memory, equals the op
   CHECK(fn.concrete({{dtype::f32, {n}}, {dtype::f32, {}}, {dtype::f32, {}}, {dtype::f32, {}}}).value()->optimized.count("fused") == 1);
   const auto expected = value_of(af::mul(value_of(af::gelu(value_of(af::add(value_of(af::mul(x, a)), b)))), c));
   check_close(got->front(), expected, 1e-6, 3e-7);
+}
+
+TEST_CASE("scalar multiplies and adds folded into fused loops give the unfused results", "[graph][fusion]") {
+  // Each chain runs fused (scalar ops folded where they can be) and as separate ops; a, b, c are
+  // scalars, so the folding applies. Differences stay within an fma's rounding.
+  const std::vector<std::pair<const char*, function::body>> chains = {
+      {"exp(x*a + b)*c - b", [](const syms& in) { return syms{exp(in[0] * in[1] + in[2]) * in[3] - in[2]}; }},
+      {"tanh(a - x)", [](const syms& in) { return syms{tanh(in[1] - in[0])}; }},
+      {"(x - a)*b", [](const syms& in) { return syms{(in[0] - in[1]) * in[2]}; }},
+      {"x*a used twice", [](const syms& in) {
+         auto p = in[0] * in[1];
+         return syms{exp(p) + tanh(p)};
+       }},
+      {"relu(x)*a*b + c", [](const syms& in) { return syms{relu(in[0]) * in[1] * in[2] + in[3]}; }},
+      {"sigmoid(b + x*a) - c*x", [](const syms& in) { return syms{sigmoid(in[2] + in[0] * in[1]) - in[3] * in[0]}; }},
+      {"a - gelu(x)", [](const syms& in) { return syms{in[1] - gelu(in[0])}; }},
+  };
+  for (dtype type : {dtype::f32, dtype::f64}) {
+    auto x = value_of(af::random_uniform({4099}, 21, type, -3.0, 3.0));
+    const auto scalar = [&](double v) { return value_of(tensor::full({}, v, type)); };
+    const std::vector<tensor> args{x, scalar(1.5), scalar(-0.25), scalar(0.75)};
+    for (const auto& [name, body] : chains) {
+      INFO(name << " " << to_string(type));
+      function fused{body};
+      function plain{body, {.optimize = false}};
+      auto got = fused(args);
+      auto want = plain(args);
+      REQUIRE(got);
+      REQUIRE(want);
+      CHECK(fused.concrete({{type, {4099}}, {type, {}}, {type, {}}, {type, {}}}).value()->optimized.count("fused") >= 1);
+      check_close(got->front(), want->front(), type == dtype::f32 ? 1e-6 : 1e-14, type == dtype::f32 ? 1e-6 : 1e-14);
+    }
+  }
+  // How many loops the folding leaves: one per unary step, plus a copy for scalar ops nothing absorbs.
+  const std::vector<std::pair<function::body, std::size_t>> loops = {
+      {[](const syms& in) { return syms{gelu(in[0] * in[1] + in[2]) * in[3]}; }, 1},
+      {chains[0].second, 1},  // exp with x*a + b before it and *c - b after it
+      {chains[2].second, 2},  // (x - a)*b: no unary step to fold into
+      {chains[4].second, 2},  // relu(x)*a, then *b + c
+  };
+  for (const auto& [body, expected_loops] : loops) {
+    function fn{body};
+    const auto& g = fn.concrete({{dtype::f32, {64}}, {dtype::f32, {}}, {dtype::f32, {}}, {dtype::f32, {}}}).value()->optimized;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      if (g.at(static_cast<graph::node_id>(i)).op != "fused") continue;
+      const auto& program = *g.shared_program(static_cast<graph::node_id>(i));
+      std::vector<bool> single;
+      for (const auto& in : program.inputs) single.push_back(in.dims.empty());
+      CHECK(codegen::cpu_loop_count(program, single).value() == expected_loops);
+    }
+  }
 }
 
 TEST_CASE("every fusible op has a CUDA form, and equal programs compile once", "[graph][fusion][gpu]") {
