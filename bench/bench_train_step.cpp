@@ -1,0 +1,159 @@
+// One training step (forward, backward, optimizer update) traced once by af::function and timed:
+//   MLP 784-512-512-10 (ReLU), batch 256, Adam;
+//   CNN 32x32x3 -> conv3x3 32 -> maxpool 2 -> conv3x3 64 -> maxpool 2 -> dense 128 -> dense 10
+//   (ReLU, 'same' convolutions, NHWC), batch 128, SGD with momentum 0.9;
+// both on synthetic data in memory, sparse categorical cross-entropy. Each step's outputs (new
+// weights and slots) feed the next, as in training. bench/torch_train_reference.py times the same
+// two models in PyTorch.
+//
+//   build/bench/bench_train_step [--quick]
+// Last line: one JSON object (mlp_step_ms, cnn_step_ms, their min and max, traces).
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "bench_common.hpp"
+#include "ops/graph/function.hpp"
+#include "ops/parallel.hpp"
+#include "ops/random.hpp"
+#include "ops/train/initializers.hpp"
+#include "ops/train/losses.hpp"
+#include "ops/train/optimizers.hpp"
+
+namespace {
+
+using af::sym;
+using af::tensor;
+
+template <class T>
+T ok(af::expected<T> v, const char* what) {
+  if (!v) {
+    std::fprintf(stderr, "bench_train_step: %s: %s\n", what, v.error_value().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(*v);
+}
+
+tensor labels_for(int64_t n, uint64_t seed) {
+  auto u = ok(af::random_uniform({n}, seed, af::dtype::f32, 0.0, 10.0), "labels");
+  auto y = ok(tensor::empty({n}, af::dtype::i64), "labels");
+  for (int64_t i = 0; i < n; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(u.data<float>()[i]) % 10;
+  return y;
+}
+
+// A model as weights and a forward function; the step adds the loss, gradients and update.
+struct model {
+  std::vector<tensor> weights;
+  std::function<sym(const sym& x, const std::vector<sym>& w)> forward;
+};
+
+model mlp() {
+  model m;
+  const int64_t sizes[] = {784, 512, 512, 10};
+  for (int l = 0; l < 3; ++l) {
+    m.weights.push_back(ok(af::initializers::glorot_uniform({sizes[l], sizes[l + 1]}, 10 + l), "weights"));
+    m.weights.push_back(ok(tensor::zeros({sizes[l + 1]}, af::dtype::f32), "bias"));
+  }
+  m.forward = [](const sym& x, const std::vector<sym>& w) {
+    auto h = af::relu(af::matmul(x, w[0]) + w[1]);
+    h = af::relu(af::matmul(h, w[2]) + w[3]);
+    return af::matmul(h, w[4]) + w[5];
+  };
+  return m;
+}
+
+model cnn() {
+  model m;
+  m.weights = {ok(af::initializers::he_normal({3, 3, 3, 32}, 20), "conv1"), ok(tensor::zeros({32}, af::dtype::f32), "b1"),
+               ok(af::initializers::he_normal({3, 3, 32, 64}, 21), "conv2"), ok(tensor::zeros({64}, af::dtype::f32), "b2"),
+               ok(af::initializers::glorot_uniform({8 * 8 * 64, 128}, 22), "dense1"),
+               ok(tensor::zeros({128}, af::dtype::f32), "b3"),
+               ok(af::initializers::glorot_uniform({128, 10}, 23), "dense2"), ok(tensor::zeros({10}, af::dtype::f32), "b4")};
+  m.forward = [](const sym& x, const std::vector<sym>& w) {
+    const af::conv2d_options same{.padding = af::padding_mode::same};
+    auto h = af::max_pool2d(af::relu(af::conv2d(x, w[0], same) + w[1]));
+    h = af::max_pool2d(af::relu(af::conv2d(h, w[2], same) + w[3]));
+    const int64_t batch = x.dims()[0];
+    h = af::relu(af::matmul(af::reshape(h, {batch, 8 * 8 * 64}), w[4]) + w[5]);
+    return af::matmul(h, w[6]) + w[7];
+  };
+  return m;
+}
+
+struct timing {
+  double median_ms, min_ms, max_ms;
+  int64_t traces;
+  double first_loss, last_loss;
+};
+
+// Runs `steps` training steps of `m` on (x, y) with `opt`; times each after two warm-up steps.
+timing time_steps(model m, const tensor& x, const tensor& y, const af::optimizers::optimizer& opt, int steps) {
+  const std::size_t n = m.weights.size(), k = opt.slots_per_variable() * n;
+  af::function step{[&](const std::vector<sym>& in) {
+    const std::vector<sym> w(in.begin() + 2, in.begin() + 2 + static_cast<std::ptrdiff_t>(n));
+    const std::vector<sym> slots(in.begin() + 2 + static_cast<std::ptrdiff_t>(n),
+                                 in.begin() + 2 + static_cast<std::ptrdiff_t>(n + k));
+    auto loss = af::losses::sparse_categorical_crossentropy(in[1], m.forward(in[0], w));
+    auto next = opt.apply(w, af::gradients(loss, w), slots, in[in.size() - 2], in[in.size() - 1]);
+    std::vector<sym> out{loss};
+    out.insert(out.end(), next.variables.begin(), next.variables.end());
+    out.insert(out.end(), next.slots.begin(), next.slots.end());
+    return out;
+  }};
+  auto slots = ok(opt.initial_slots(m.weights), "slots");
+  std::vector<double> seconds;
+  timing t{};
+  for (int s = 0; s < steps + 2; ++s) {
+    std::vector<tensor> args{x, y};
+    args.insert(args.end(), m.weights.begin(), m.weights.end());
+    args.insert(args.end(), slots.begin(), slots.end());
+    args.push_back(tensor::scalar(static_cast<float>(opt.learning_rate())));
+    args.push_back(tensor::scalar(static_cast<float>(s)));
+    std::vector<tensor> out;
+    const double took = af::bench::seconds_of([&] { out = ok(step(args), "step"); });
+    if (s >= 2) seconds.push_back(took);
+    const double loss = out[0].item<double>();
+    if (s == 0) t.first_loss = loss;
+    t.last_loss = loss;
+    m.weights.assign(out.begin() + 1, out.begin() + 1 + static_cast<std::ptrdiff_t>(n));
+    slots.assign(out.begin() + 1 + static_cast<std::ptrdiff_t>(n), out.end());
+  }
+  t.median_ms = 1e3 * af::bench::median(seconds);
+  t.min_ms = 1e3 * *std::min_element(seconds.begin(), seconds.end());
+  t.max_ms = 1e3 * *std::max_element(seconds.begin(), seconds.end());
+  t.traces = step.trace_count();
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = af::bench::has_flag(argc, argv, "--quick");
+  const int steps = quick ? 15 : 50;
+  const auto mlp_x = ok(af::random_uniform({256, 784}, 1), "mlp input");
+  const auto mlp_y = labels_for(256, 2);
+  const auto mlp_t = time_steps(mlp(), mlp_x, mlp_y, af::optimizers::optimizer::adam({.learning_rate = 1e-3}), steps);
+  std::printf("MLP 784-512-512-10, batch 256, Adam: %.2f ms per step (%.2f-%.2f), loss %.3f -> %.3f, %lld trace(s)\n",
+              mlp_t.median_ms, mlp_t.min_ms, mlp_t.max_ms, mlp_t.first_loss, mlp_t.last_loss,
+              static_cast<long long>(mlp_t.traces));
+  const auto cnn_x = ok(af::random_uniform({128, 32, 32, 3}, 3), "cnn input");
+  const auto cnn_y = labels_for(128, 4);
+  const auto cnn_t =
+      time_steps(cnn(), cnn_x, cnn_y, af::optimizers::optimizer::sgd({.learning_rate = 0.01, .momentum = 0.9}), quick ? 5 : steps);
+  std::printf("CNN conv32-pool-conv64-pool-dense128-dense10, batch 128, SGD momentum: %.2f ms per step (%.2f-%.2f), "
+              "loss %.3f -> %.3f, %lld trace(s)\n",
+              cnn_t.median_ms, cnn_t.min_ms, cnn_t.max_ms, cnn_t.first_loss, cnn_t.last_loss,
+              static_cast<long long>(cnn_t.traces));
+  af::bench::json_line json;
+  json.add("bench", std::string{"train_step"});
+  json.add("threads", static_cast<double>(af::thread_budget()));
+  json.add("mlp_step_ms", mlp_t.median_ms);
+  json.add("mlp_step_min_ms", mlp_t.min_ms);
+  json.add("mlp_step_max_ms", mlp_t.max_ms);
+  json.add("cnn_step_ms", cnn_t.median_ms);
+  json.add("cnn_step_min_ms", cnn_t.min_ms);
+  json.add("cnn_step_max_ms", cnn_t.max_ms);
+  json.add("traces", static_cast<double>(mlp_t.traces + cnn_t.traces));
+  json.print();
+  return 0;
+}
