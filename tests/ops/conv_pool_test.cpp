@@ -305,3 +305,41 @@ TEST_CASE("pooling reports bad shapes, dtypes and options with the op name and t
   check_error(af::max_pool2d(x, {{5, 2}, {1, 1}, padding_mode::valid}), errc::shape_mismatch,
               "max_pool2d: the window is larger than the input with valid padding: input [1,4,4,2], ksize [5,2]");
 }
+
+TEST_CASE("conv2d gradients on random shapes and options are the adjoints of the naive convolution", "[cpu][conv]") {
+  // conv is linear in the input and in the filter, so for any output-shaped G:
+  //   <conv(X, W), G> = <X, backprop_input(G, W)> = <W, backprop_filter(X, G)>.
+  // Covers the GEMM paths (groups with several channels each) and the depthwise loops.
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> small(1, 3);
+  auto dot = [](const tensor& a, const tensor& b) {
+    const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+    REQUIRE(x.size() == y.size());
+    double s = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) s += x[i] * y[i];
+    return s;
+  };
+  for (int round = 0; round < 40; ++round) {
+    af::conv2d_options o;
+    o.groups = round % 4 == 3 ? 3 : round % 4 == 2 ? 2 : 1;
+    const int64_t cg = round % 8 == 7 ? 1 : small(rng);  // cg 1 with groups 3: depthwise
+    const int64_t cin = cg * o.groups, cout = o.groups * small(rng);
+    o.strides = {small(rng), small(rng)};
+    o.dilations = {small(rng) == 3 ? 2 : 1, 1};
+    o.padding = round % 2 ? padding_mode::same : padding_mode::valid;
+    const shape in_dims{small(rng), 5 + small(rng), 4 + small(rng), cin};
+    const tensor x = random_tensor(in_dims, dtype::f64, rng);
+    const tensor w = random_tensor({small(rng), small(rng), cg, cout}, dtype::f64, rng);
+    const tensor y = reference_conv(x, w, o);
+    INFO("round " << round << ": input " << af::to_string(in_dims) << ", filter " << af::to_string(w.shape())
+                  << ", groups " << o.groups << ", output " << af::to_string(y.shape()));
+    const tensor g = random_tensor(y.shape(), dtype::f64, rng);
+    const double forward = dot(y, g);
+    auto dx = af::conv2d_backprop_input(g, w, in_dims, o);
+    auto dw = af::conv2d_backprop_filter(x, g, w.shape(), o);
+    REQUIRE(dx);
+    REQUIRE(dw);
+    CHECK(dot(x, *dx) == Approx(forward).epsilon(1e-10).margin(1e-10));
+    CHECK(dot(w, *dw) == Approx(forward).epsilon(1e-10).margin(1e-10));
+  }
+}

@@ -7,6 +7,7 @@
 
 #include <cblas.h>
 
+#include "ops/kernels/cpu/im2col.hpp"
 #include "ops/linalg.hpp"
 #include "ops/nn.hpp"
 #include "ops/parallel.hpp"
@@ -74,12 +75,12 @@ void conv_depthwise(const T* in, const T* f, T* out, const conv_geometry& g) {
   });
 }
 
-// Rows of the patch matrix are output pixels; a row holds, per group, the window [kh][kw][cg],
-// which is exactly the row order of that group's HWIO filter slice, so no filter copy is needed.
+// The patch matrix in chunks of rows (ops/kernels/cpu/im2col.hpp), each multiplied by every
+// group's filter slice in place: no filter copy is needed.
 template <class T>
 expected<void> conv_im2col(const T* in, const T* f, T* out, const conv_geometry& g, dtype type) {
   const int64_t k = g.kh * g.kw * g.cg;
-  const int64_t lda = g.groups * k;
+  const int64_t lda = cpu::patch_row(g);
   const int64_t total = g.n * g.oh * g.ow;
   const int64_t chunk =
       std::min(total, std::max<int64_t>(im2col_chunk_bytes / static_cast<int64_t>(sizeof(T)) / lda, 32));
@@ -87,25 +88,7 @@ expected<void> conv_im2col(const T* in, const T* f, T* out, const conv_geometry&
   T* col = scratch.data<T>();
   for (int64_t r0 = 0; r0 < total; r0 += chunk) {
     const int64_t rows = std::min(chunk, total - r0);
-    parallel_for(rows, std::max<int64_t>(1, 16384 / lda), [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t r = r0 + i;
-        const int64_t b = r / (g.oh * g.ow), y = (r / g.ow) % g.oh, x = r % g.ow;
-        T* dst = col + i * lda;
-        for (int64_t gi = 0; gi < g.groups; ++gi)
-          for (int64_t a = 0; a < g.kh; ++a) {
-            const int64_t ih = y * g.sh - g.pad_top + a * g.dh;
-            for (int64_t c = 0; c < g.kw; ++c, dst += g.cg) {
-              const int64_t iw = x * g.sw - g.pad_left + c * g.dw;
-              if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w)
-                std::fill(dst, dst + g.cg, T{0});
-              else
-                std::memcpy(dst, in + ((b * g.h + ih) * g.w + iw) * g.cin + gi * g.cg,
-                            static_cast<std::size_t>(g.cg) * sizeof(T));
-            }
-          }
-      }
-    });
+    cpu::im2col(in, col, g, r0, rows);
     sync_blas_threads();
     for (int64_t gi = 0; gi < g.groups; ++gi)
       gemm(rows, g.coutg, k, col + gi * k, lda, f + gi * g.coutg, g.cout, out + r0 * g.cout + gi * g.coutg, g.cout);

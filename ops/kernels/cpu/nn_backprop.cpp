@@ -1,10 +1,17 @@
-// Gradients of conv2d and pooling on the CPU, as direct loops over the forward op's windows
-// (NHWC input, HWIO filter, TensorFlow's padding). Parallel over the dimension whose results are
-// disjoint: images for the input gradient, output channels for the filter gradient.
+// Gradients of conv2d and pooling on the CPU (NHWC input, HWIO filter, TensorFlow's padding).
+// conv2d's gradients are GEMMs over the forward op's patch matrix (ops/kernels/cpu/im2col.hpp):
+// filter gradient = patchesᵀ · output gradient, input gradient = col2im(output gradient · filterᵀ).
+// Depthwise filters, whose GEMMs would be one column wide, and pooling run as direct loops over
+// the windows, parallel over what is disjoint: images for input gradients, output channels for
+// filter gradients.
 
 #include <algorithm>
 #include <string>
 
+#include <cblas.h>
+
+#include "ops/kernels/cpu/im2col.hpp"
+#include "ops/linalg.hpp"
 #include "ops/nn.hpp"
 #include "ops/parallel.hpp"
 
@@ -95,6 +102,71 @@ void filter_grad(const T* in, const T* g, T* df, const window_plan& p) {
   });
 }
 
+// Row-major C = op(A) · op(B) + beta C for float and double.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+          int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// Output pixels per chunk of the patch matrix: whole images (col2im runs images in parallel),
+// about 8 MiB of patches, at least one image.
+template <class T>
+int64_t chunk_rows(const window_plan& p) {
+  const int64_t per_image = std::max<int64_t>(1, p.oh * p.ow);
+  const int64_t images = std::max<int64_t>(1, (int64_t{8} << 20) / static_cast<int64_t>(sizeof(T)) /
+                                                  std::max<int64_t>(1, cpu::patch_row(p) * per_image));
+  return std::min(p.n, images) * per_image;
+}
+
+// d filter [K, cout] += patchesᵀ [K, rows] · d out [rows, cout], group by group, chunk by chunk.
+template <class T>
+expected<void> filter_grad_gemm(const T* in, const T* g, T* df, const window_plan& p, dtype type) {
+  const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p), total = p.n * p.oh * p.ow;
+  const int64_t chunk = chunk_rows<T>(p);
+  AF_TRY_ASSIGN(tensor scratch, tensor::empty({chunk * lda}, type));
+  T* col = scratch.data<T>();
+  for (int64_t r0 = 0; r0 < total; r0 += chunk) {
+    const int64_t rows = std::min(chunk, total - r0);
+    cpu::im2col(in, col, p, r0, rows);
+    sync_blas_threads();
+    for (int64_t gi = 0; gi < p.groups; ++gi)
+      gemm(true, false, k, p.coutg, rows, col + gi * k, lda, g + r0 * p.cout + gi * p.coutg, p.cout, T(1),
+           df + gi * p.coutg, p.cout);
+  }
+  return {};
+}
+
+// d patches [rows, K] = d out [rows, cout] · filterᵀ per group, then added back into d input.
+template <class T>
+expected<void> input_grad_gemm(const T* g, const T* f, T* dx, const window_plan& p, dtype type) {
+  const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p), total = p.n * p.oh * p.ow;
+  const int64_t chunk = chunk_rows<T>(p);
+  AF_TRY_ASSIGN(tensor scratch, tensor::empty({chunk * lda}, type));
+  T* col = scratch.data<T>();
+  for (int64_t r0 = 0; r0 < total; r0 += chunk) {
+    const int64_t rows = std::min(chunk, total - r0);
+    sync_blas_threads();
+    for (int64_t gi = 0; gi < p.groups; ++gi)
+      gemm(false, true, rows, k, p.coutg, g + r0 * p.cout + gi * p.coutg, p.cout, f + gi * p.coutg, p.cout, T(0),
+           col + gi * k, lda);
+    cpu::col2im_add(col, dx, p, r0, rows);
+  }
+  return {};
+}
+
+// GEMMs pay off unless the filter is depthwise (one input channel per group) or there is nothing.
+bool gemm_worthwhile(const window_plan& p) {
+  return (p.cg > 1 || p.groups == 1) && p.n * p.oh * p.ow > 0 && p.cg > 0 && p.cout > 0;
+}
+
 template <class T, bool is_max>
 void pool_grad(const T* in, const T* g, T* dx, const window_plan& p) {
   parallel_for(p.n, 1, [&](int64_t b0, int64_t b1) {
@@ -135,6 +207,11 @@ expected<tensor> conv2d_backprop_input(const tensor& grad_out, const tensor& fil
   AF_TRY_ASSIGN(auto dx, tensor::zeros(input_shape, grad_out.type()));
   AF_TRY_ASSIGN(auto g, grad_out.contiguous());
   AF_TRY_ASSIGN(auto f, filter.contiguous());
+  if (gemm_worthwhile(p)) {
+    if (dx.type() == dtype::f32) AF_TRY(input_grad_gemm(g.data<float>(), f.data<float>(), dx.data<float>(), p, dx.type()));
+    else AF_TRY(input_grad_gemm(g.data<double>(), f.data<double>(), dx.data<double>(), p, dx.type()));
+    return dx;
+  }
   if (dx.type() == dtype::f32) input_grad(g.data<float>(), f.data<float>(), dx.data<float>(), p);
   else input_grad(g.data<double>(), f.data<double>(), dx.data<double>(), p);
   return dx;
@@ -149,6 +226,11 @@ expected<tensor> conv2d_backprop_filter(const tensor& input, const tensor& grad_
   AF_TRY_ASSIGN(auto df, tensor::zeros(filter_shape, input.type()));
   AF_TRY_ASSIGN(auto x, input.contiguous());
   AF_TRY_ASSIGN(auto g, grad_out.contiguous());
+  if (gemm_worthwhile(p)) {
+    if (df.type() == dtype::f32) AF_TRY(filter_grad_gemm(x.data<float>(), g.data<float>(), df.data<float>(), p, df.type()));
+    else AF_TRY(filter_grad_gemm(x.data<double>(), g.data<double>(), df.data<double>(), p, df.type()));
+    return df;
+  }
   if (df.type() == dtype::f32) filter_grad(x.data<float>(), g.data<float>(), df.data<float>(), p);
   else filter_grad(x.data<double>(), g.data<double>(), df.data<double>(), p);
   return df;
