@@ -6,7 +6,7 @@
 // weights and slots) feed the next, as in training. bench/torch_train_reference.py times the same
 // two models in PyTorch.
 //
-//   build/bench/bench_train_step [--quick]
+//   build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only]   (the flags are for profiling)
 // Last line: one JSON object (mlp_step_ms, cnn_step_ms, their min and max, traces).
 
 #include <cstdio>
@@ -129,21 +129,28 @@ timing time_steps(model m, const tensor& x, const tensor& y, const af::optimizer
 
 int main(int argc, char** argv) {
   const bool quick = af::bench::has_flag(argc, argv, "--quick");
+  const bool run_mlp = !af::bench::has_flag(argc, argv, "--cnn-only");
+  const bool run_cnn = !af::bench::has_flag(argc, argv, "--mlp-only");
   const int steps = quick ? 15 : 50;
-  const auto mlp_x = ok(af::random_uniform({256, 784}, 1), "mlp input");
-  const auto mlp_y = labels_for(256, 2);
-  const auto mlp_t = time_steps(mlp(), mlp_x, mlp_y, af::optimizers::optimizer::adam({.learning_rate = 1e-3}), steps);
-  std::printf("MLP 784-512-512-10, batch 256, Adam: %.2f ms per step (%.2f-%.2f), loss %.3f -> %.3f, %lld trace(s)\n",
-              mlp_t.median_ms, mlp_t.min_ms, mlp_t.max_ms, mlp_t.first_loss, mlp_t.last_loss,
-              static_cast<long long>(mlp_t.traces));
-  const auto cnn_x = ok(af::random_uniform({128, 32, 32, 3}, 3), "cnn input");
-  const auto cnn_y = labels_for(128, 4);
-  const auto cnn_t =
-      time_steps(cnn(), cnn_x, cnn_y, af::optimizers::optimizer::sgd({.learning_rate = 0.01, .momentum = 0.9}), quick ? 5 : steps);
-  std::printf("CNN conv32-pool-conv64-pool-dense128-dense10, batch 128, SGD momentum: %.2f ms per step (%.2f-%.2f), "
-              "loss %.3f -> %.3f, %lld trace(s)\n",
-              cnn_t.median_ms, cnn_t.min_ms, cnn_t.max_ms, cnn_t.first_loss, cnn_t.last_loss,
-              static_cast<long long>(cnn_t.traces));
+  timing mlp_t{}, cnn_t{};
+  if (run_mlp) {
+    const auto mlp_x = ok(af::random_uniform({256, 784}, 1), "mlp input");
+    const auto mlp_y = labels_for(256, 2);
+    mlp_t = time_steps(mlp(), mlp_x, mlp_y, af::optimizers::optimizer::adam({.learning_rate = 1e-3}), steps);
+    std::printf("MLP 784-512-512-10, batch 256, Adam: %.2f ms per step (%.2f-%.2f), loss %.3f -> %.3f, %lld trace(s)\n",
+                mlp_t.median_ms, mlp_t.min_ms, mlp_t.max_ms, mlp_t.first_loss, mlp_t.last_loss,
+                static_cast<long long>(mlp_t.traces));
+  }
+  if (run_cnn) {
+    const auto cnn_x = ok(af::random_uniform({128, 32, 32, 3}, 3), "cnn input");
+    const auto cnn_y = labels_for(128, 4);
+    const auto momentum = af::optimizers::optimizer::sgd({.learning_rate = 0.01, .momentum = 0.9});
+    cnn_t = time_steps(cnn(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
+    std::printf("CNN conv32-pool-conv64-pool-dense128-dense10, batch 128, SGD momentum: %.2f ms per step (%.2f-%.2f), "
+                "loss %.3f -> %.3f, %lld trace(s)\n",
+                cnn_t.median_ms, cnn_t.min_ms, cnn_t.max_ms, cnn_t.first_loss, cnn_t.last_loss,
+                static_cast<long long>(cnn_t.traces));
+  }
   af::bench::json_line json;
   json.add("bench", std::string{"train_step"});
   json.add("threads", static_cast<double>(af::thread_budget()));

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 #include "ops/error.hpp"
 #include "ops/tensor.hpp"
 
@@ -20,5 +22,10 @@ expected<tensor> matmul(const tensor& a, const tensor& b, bool transpose_a = fal
 /// Points OpenBLAS at thread_budget() threads. Costs one atomic load when the budget is unchanged,
 /// so BLAS-calling kernels call it before every BLAS call.
 void sync_blas_threads() noexcept;
+
+/// The kernels OpenBLAS runs ("SkylakeX", "Haswell", ...; "unknown" for another BLAS). Where
+/// Debian's OpenBLAS falls back to its Prescott kernels on a newer CPU, the library has it choose
+/// again at program start (unless OPENBLAS_CORETYPE names a core).
+std::string blas_core_name();
 
 }  // namespace af

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -301,4 +302,14 @@ TEST_CASE("matmul reports bad operands with the op name and the shapes", "[cpu][
   check_error(af::matmul(tensor{}, f23), errc::invalid_argument, "matmul");
   check_error(af::matmul(tensor_on_gpu({2, 3}), *tensor::zeros({3, 2}, dtype::f32)), errc::unsupported,
               "matmul: CPU kernel got tensors on cuda:0");
+}
+
+TEST_CASE("OpenBLAS runs kernels for this CPU, not its Prescott fallback", "[cpu][matmul]") {
+  const std::string core = af::blas_core_name();
+  INFO("OpenBLAS core: " << core);
+  CHECK_FALSE(core.empty());
+#if defined(__x86_64__)
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    CHECK(core != "Prescott");
+#endif
 }

@@ -196,6 +196,8 @@ tensor as_matrices(const tensor& t, bool left, bool transpose) {
 }  // namespace
 
 void sync_blas_threads() noexcept {
+  static const std::string core = blas_core_name();  // links blas_core.cpp, whose start-up check runs first
+  (void)core;
   static std::atomic<int> applied{0};
   const int want = thread_budget();
   if (applied.exchange(want, std::memory_order_relaxed) != want) openblas_set_num_threads(want);
