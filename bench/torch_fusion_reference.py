@@ -20,8 +20,7 @@ import statistics
 import sys
 import time
 
-
-KEEP_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
+from torch_peer import import_torch, restart_keeping_memory
 
 
 def time_calls(fn, reps):
@@ -37,18 +36,14 @@ def time_calls(fn, reps):
 
 
 def main():
-    if any(os.environ.get(k) != v for k, v in KEEP_MEMORY.items()):
-        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **KEEP_MEMORY})
+    restart_keeping_memory()
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--elements", type=int, default=1 << 24)
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("torch_fusion_reference: PyTorch is not installed (apt-get install python3-torch, or pip install "
-              "torch); skipping")
+    torch = import_torch("torch_fusion_reference")
+    if torch is None:
         return 0
 
     torch.set_num_threads(args.threads)

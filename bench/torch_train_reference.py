@@ -22,8 +22,7 @@ import statistics
 import sys
 import time
 
-KEEP_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
-
+from torch_peer import import_torch, restart_keeping_memory
 
 def median_step_ms(torch, model, optimizer, x, y, steps):
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -41,17 +40,13 @@ def median_step_ms(torch, model, optimizer, x, y, steps):
 
 
 def main():
-    if any(os.environ.get(k) != v for k, v in KEEP_MEMORY.items()):
-        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **KEEP_MEMORY})
+    restart_keeping_memory()
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("torch_train_reference: PyTorch is not installed (apt-get install python3-torch, or pip install "
-              "torch); skipping")
+    torch = import_torch("torch_train_reference")
+    if torch is None:
         return 0
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)

@@ -52,6 +52,10 @@ std::string signature_text(const std::vector<graph::value_type>& s) {
 
 }  // namespace
 
+void fail_trace(errc code, const std::string& message, const where_from& from) {
+  throw trace_error(make_error(code, message + " (at " + site(from) + ")"));
+}
+
 sym apply(const std::string& op, const std::vector<sym>& inputs, op_attrs attrs, where_from from) {
   return apply_at(op, inputs, std::move(attrs), site(from));
 }

@@ -56,6 +56,10 @@ class trace_error : public std::exception {
 
 using where_from = std::source_location;
 
+/// Throws the trace_error of a check that failed in a call made at `from`: the message ends in
+/// "(at file.cpp:12)". For functions that build on syms (losses, optimizers) and check their inputs.
+[[noreturn]] void fail_trace(errc code, const std::string& message, const where_from& from);
+
 /// Any op of the graph op table on symbolic inputs (the named helpers below call this).
 sym apply(const std::string& op, const std::vector<sym>& inputs, op_attrs attrs = {},
           where_from from = where_from::current());

@@ -1,6 +1,5 @@
 #include "ops/train/losses.hpp"
 
-#include <filesystem>
 #include <string>
 
 namespace af::losses {
@@ -8,10 +7,7 @@ namespace af::losses {
 namespace {
 
 [[noreturn]] void fail(const std::string& loss, const std::string& why, const where_from& from) {
-  std::string at = std::filesystem::path(from.file_name()).filename().string();
-  at += ":";
-  at += std::to_string(from.line());
-  throw trace_error(make_error(errc::shape_mismatch, loss + ": " + why + " (at " + at + ")"));
+  fail_trace(errc::shape_mismatch, loss + ": " + why, from);
 }
 
 // Targets and predictions of one elementwise loss must have the same shape: broadcasting [N]

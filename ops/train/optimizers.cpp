@@ -1,16 +1,11 @@
 #include "ops/train/optimizers.hpp"
 
-#include <filesystem>
-
 namespace af::optimizers {
 
 namespace {
 
 [[noreturn]] void fail(const std::string& who, const std::string& why, const where_from& from) {
-  std::string at = std::filesystem::path(from.file_name()).filename().string();
-  at += ":";
-  at += std::to_string(from.line());
-  throw trace_error(make_error(errc::invalid_argument, who + ": " + why + " (at " + at + ")"));
+  fail_trace(errc::invalid_argument, who + ": " + why, from);
 }
 
 bool same_dims(const shape& a, const shape& b) {

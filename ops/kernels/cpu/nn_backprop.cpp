@@ -167,6 +167,20 @@ bool gemm_worthwhile(const window_plan& p) {
   return (p.cg > 1 || p.groups == 1) && p.n * p.oh * p.ow > 0 && p.cg > 0 && p.cout > 0;
 }
 
+template <class T>
+expected<void> input_grad_of(const T* g, const T* f, T* dx, const window_plan& p, dtype type) {
+  if (gemm_worthwhile(p)) return input_grad_gemm(g, f, dx, p, type);
+  input_grad(g, f, dx, p);
+  return {};
+}
+
+template <class T>
+expected<void> filter_grad_of(const T* in, const T* g, T* df, const window_plan& p, dtype type) {
+  if (gemm_worthwhile(p)) return filter_grad_gemm(in, g, df, p, type);
+  filter_grad(in, g, df, p);
+  return {};
+}
+
 template <class T, bool is_max>
 void pool_grad(const T* in, const T* g, T* dx, const window_plan& p) {
   parallel_for(p.n, 1, [&](int64_t b0, int64_t b1) {
@@ -207,13 +221,8 @@ expected<tensor> conv2d_backprop_input(const tensor& grad_out, const tensor& fil
   AF_TRY_ASSIGN(auto dx, tensor::zeros(input_shape, grad_out.type()));
   AF_TRY_ASSIGN(auto g, grad_out.contiguous());
   AF_TRY_ASSIGN(auto f, filter.contiguous());
-  if (gemm_worthwhile(p)) {
-    if (dx.type() == dtype::f32) AF_TRY(input_grad_gemm(g.data<float>(), f.data<float>(), dx.data<float>(), p, dx.type()));
-    else AF_TRY(input_grad_gemm(g.data<double>(), f.data<double>(), dx.data<double>(), p, dx.type()));
-    return dx;
-  }
-  if (dx.type() == dtype::f32) input_grad(g.data<float>(), f.data<float>(), dx.data<float>(), p);
-  else input_grad(g.data<double>(), f.data<double>(), dx.data<double>(), p);
+  if (dx.type() == dtype::f32) AF_TRY(input_grad_of(g.data<float>(), f.data<float>(), dx.data<float>(), p, dx.type()));
+  else AF_TRY(input_grad_of(g.data<double>(), f.data<double>(), dx.data<double>(), p, dx.type()));
   return dx;
 }
 
@@ -226,13 +235,8 @@ expected<tensor> conv2d_backprop_filter(const tensor& input, const tensor& grad_
   AF_TRY_ASSIGN(auto df, tensor::zeros(filter_shape, input.type()));
   AF_TRY_ASSIGN(auto x, input.contiguous());
   AF_TRY_ASSIGN(auto g, grad_out.contiguous());
-  if (gemm_worthwhile(p)) {
-    if (df.type() == dtype::f32) AF_TRY(filter_grad_gemm(x.data<float>(), g.data<float>(), df.data<float>(), p, df.type()));
-    else AF_TRY(filter_grad_gemm(x.data<double>(), g.data<double>(), df.data<double>(), p, df.type()));
-    return df;
-  }
-  if (df.type() == dtype::f32) filter_grad(x.data<float>(), g.data<float>(), df.data<float>(), p);
-  else filter_grad(x.data<double>(), g.data<double>(), df.data<double>(), p);
+  if (df.type() == dtype::f32) AF_TRY(filter_grad_of(x.data<float>(), g.data<float>(), df.data<float>(), p, df.type()));
+  else AF_TRY(filter_grad_of(x.data<double>(), g.data<double>(), df.data<double>(), p, df.type()));
   return df;
 }
 
