@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include <cblas.h>
 
@@ -184,27 +185,40 @@ expected<void> filter_grad_of(const T* in, const T* g, T* df, const window_plan&
 template <class T, bool is_max>
 void pool_grad(const T* in, const T* g, T* dx, const window_plan& p) {
   parallel_for(p.n, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> best_value(is_max ? static_cast<std::size_t>(p.cin) : 0);
+    std::vector<int64_t> best_at(best_value.size());
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t y = 0; y < p.oh; ++y)
         for (int64_t x = 0; x < p.ow; ++x) {
           const int64_t h0 = std::max<int64_t>(y * p.sh - p.pad_top, 0), h1 = std::min(y * p.sh - p.pad_top + p.kh, p.h);
           const int64_t w0 = std::max<int64_t>(x * p.sw - p.pad_left, 0), w1 = std::min(x * p.sw - p.pad_left + p.kw, p.w);
           if (h0 >= h1 || w0 >= w1) continue;
-          for (int64_t c = 0; c < p.cin; ++c) {
-            const T go = g[((b * p.oh + y) * p.ow + x) * p.cin + c];
-            if constexpr (is_max) {
-              int64_t best = (b * p.h + h0) * p.w + w0;
-              for (int64_t ih = h0; ih < h1; ++ih)
-                for (int64_t iw = w0; iw < w1; ++iw) {
-                  const int64_t at = (b * p.h + ih) * p.w + iw;
-                  if (in[at * p.cin + c] > in[best * p.cin + c]) best = at;
+          // Channels innermost, so that the loops run over contiguous memory and vectorise.
+          const T* go = g + ((b * p.oh + y) * p.ow + x) * p.cin;
+          if constexpr (is_max) {
+            // Per channel, the first cell (row-major) holding the window's maximum takes the gradient.
+            const int64_t first = (b * p.h + h0) * p.w + w0;
+            std::copy_n(in + first * p.cin, p.cin, best_value.data());
+            std::fill(best_at.begin(), best_at.end(), first);
+            for (int64_t ih = h0; ih < h1; ++ih)
+              for (int64_t iw = w0; iw < w1; ++iw) {
+                const int64_t at = (b * p.h + ih) * p.w + iw;
+                const T* cell = in + at * p.cin;
+                for (int64_t c = 0; c < p.cin; ++c) {
+                  const bool larger = cell[c] > best_value[static_cast<std::size_t>(c)];
+                  best_value[static_cast<std::size_t>(c)] = larger ? cell[c] : best_value[static_cast<std::size_t>(c)];
+                  best_at[static_cast<std::size_t>(c)] = larger ? at : best_at[static_cast<std::size_t>(c)];
                 }
-              dx[best * p.cin + c] += go;
-            } else {
-              const T share = go / static_cast<T>((h1 - h0) * (w1 - w0));
-              for (int64_t ih = h0; ih < h1; ++ih)
-                for (int64_t iw = w0; iw < w1; ++iw) dx[((b * p.h + ih) * p.w + iw) * p.cin + c] += share;
-            }
+              }
+            for (int64_t c = 0; c < p.cin; ++c) dx[best_at[static_cast<std::size_t>(c)] * p.cin + c] += go[c];
+          } else {
+            // Each cell inside the input takes an equal share.
+            const T cells = static_cast<T>((h1 - h0) * (w1 - w0));
+            for (int64_t ih = h0; ih < h1; ++ih)
+              for (int64_t iw = w0; iw < w1; ++iw) {
+                T* d = dx + ((b * p.h + ih) * p.w + iw) * p.cin;
+                for (int64_t c = 0; c < p.cin; ++c) d[c] += go[c] / cells;
+              }
           }
         }
   });
