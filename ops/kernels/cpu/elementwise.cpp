@@ -64,6 +64,12 @@ void where_kernel(const cpu::loop_plan<3>& p, const uint8_t* cond, const W* a, c
       const W* __restrict y = b + off[2];
       if (sc == 1 && sa == 1 && sb == 1) {
         for (int64_t i = 0; i < n; ++i) dst[i] = c[i] ? x[i] : y[i];
+      } else if (sc == 1 && sa == 1 && sb == 0) {  // where(c, x, scalar): ReLU's gradient, say
+        const W other = *y;
+        for (int64_t i = 0; i < n; ++i) dst[i] = c[i] ? x[i] : other;
+      } else if (sc == 1 && sa == 0 && sb == 1) {
+        const W other = *x;
+        for (int64_t i = 0; i < n; ++i) dst[i] = c[i] ? other : y[i];
       } else {
         for (int64_t i = 0; i < n; ++i) dst[i] = c[i * sc] ? x[i * sa] : y[i * sb];
       }
