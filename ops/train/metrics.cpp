@@ -35,11 +35,22 @@ class mean_metric final : public metric {
   double sum_ = 0, count_ = 0;
 };
 
+// A fraction of items counted right, kept over batches.
+class fraction_metric : public metric {
+ public:
+  double result() const override { return seen_ > 0 ? right_ / seen_ : 0.0; }
+  void reset() override { right_ = seen_ = 0; }
+
+ protected:
+  using metric::metric;
+  double right_ = 0, seen_ = 0;
+};
+
 // Labels [N] and scores [N, C]: for each row, how many classes score above the label's (ties with
 // a lower class index count as above, as argmax picks the first).
-class rank_metric final : public metric {
+class rank_metric final : public fraction_metric {
  public:
-  rank_metric(std::string name, int k) : metric(std::move(name)), k_(k) {}
+  rank_metric(std::string name, int k) : fraction_metric(std::move(name)), k_(k) {}
   expected<void> update(const tensor& labels, const tensor& scores) override {
     if (scores.shape().size() != 2 || labels.shape().size() != 1 || labels.shape()[0] != scores.shape()[0])
       return bad(name(), "needs labels [N] and scores [N, classes], got " + to_string(labels.shape()) + " and " +
@@ -65,12 +76,9 @@ class rank_metric final : public metric {
     seen_ += static_cast<double>(n);
     return {};
   }
-  double result() const override { return seen_ > 0 ? right_ / seen_ : 0.0; }
-  void reset() override { right_ = seen_ = 0; }
 
  private:
   int k_;
-  double right_ = 0, seen_ = 0;
 };
 
 // Targets {0, 1} and probabilities of one shape, checked the same way by both binary metrics.
@@ -87,9 +95,9 @@ expected<std::pair<std::vector<double>, std::vector<double>>> binary_pairs(const
   return std::pair{std::move(y), std::move(p)};
 }
 
-class binary_accuracy_metric final : public metric {
+class binary_accuracy_metric final : public fraction_metric {
  public:
-  binary_accuracy_metric(std::string name, double threshold) : metric(std::move(name)), threshold_(threshold) {}
+  binary_accuracy_metric(std::string name, double threshold) : fraction_metric(std::move(name)), threshold_(threshold) {}
   expected<void> update(const tensor& targets, const tensor& probabilities) override {
     AF_TRY_ASSIGN(auto pairs, binary_pairs(name(), targets, probabilities));
     const auto& [y, p] = pairs;
@@ -97,12 +105,9 @@ class binary_accuracy_metric final : public metric {
     seen_ += static_cast<double>(y.size());
     return {};
   }
-  double result() const override { return seen_ > 0 ? right_ / seen_ : 0.0; }
-  void reset() override { right_ = seen_ = 0; }
 
  private:
   double threshold_;
-  double right_ = 0, seen_ = 0;
 };
 
 // Histograms of positives and negatives by how many cut points lie below each probability; the

@@ -127,40 +127,40 @@ int64_t chunk_rows(const window_plan& p) {
   return std::min(p.n, images) * per_image;
 }
 
+// Calls fn(col, r0, rows) for each chunk of patch-matrix rows, with one scratch buffer of
+// chunk_rows rows reused by all chunks.
+template <class T, class Fn>
+expected<void> for_each_patch_chunk(const window_plan& p, dtype type, Fn fn) {
+  const int64_t total = p.n * p.oh * p.ow, chunk = chunk_rows<T>(p);
+  AF_TRY_ASSIGN(tensor scratch, tensor::empty({chunk * cpu::patch_row(p)}, type));
+  for (int64_t r0 = 0; r0 < total; r0 += chunk) fn(scratch.data<T>(), r0, std::min(chunk, total - r0));
+  return {};
+}
+
 // d filter [K, cout] += patchesᵀ [K, rows] · d out [rows, cout], group by group, chunk by chunk.
 template <class T>
 expected<void> filter_grad_gemm(const T* in, const T* g, T* df, const window_plan& p, dtype type) {
-  const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p), total = p.n * p.oh * p.ow;
-  const int64_t chunk = chunk_rows<T>(p);
-  AF_TRY_ASSIGN(tensor scratch, tensor::empty({chunk * lda}, type));
-  T* col = scratch.data<T>();
-  for (int64_t r0 = 0; r0 < total; r0 += chunk) {
-    const int64_t rows = std::min(chunk, total - r0);
+  const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p);
+  return for_each_patch_chunk<T>(p, type, [&](T* col, int64_t r0, int64_t rows) {
     cpu::im2col(in, col, p, r0, rows);
     sync_blas_threads();
     for (int64_t gi = 0; gi < p.groups; ++gi)
       gemm(true, false, k, p.coutg, rows, col + gi * k, lda, g + r0 * p.cout + gi * p.coutg, p.cout, T(1),
            df + gi * p.coutg, p.cout);
-  }
-  return {};
+  });
 }
 
 // d patches [rows, K] = d out [rows, cout] · filterᵀ per group, then added back into d input.
 template <class T>
 expected<void> input_grad_gemm(const T* g, const T* f, T* dx, const window_plan& p, dtype type) {
-  const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p), total = p.n * p.oh * p.ow;
-  const int64_t chunk = chunk_rows<T>(p);
-  AF_TRY_ASSIGN(tensor scratch, tensor::empty({chunk * lda}, type));
-  T* col = scratch.data<T>();
-  for (int64_t r0 = 0; r0 < total; r0 += chunk) {
-    const int64_t rows = std::min(chunk, total - r0);
+  const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p);
+  return for_each_patch_chunk<T>(p, type, [&](T* col, int64_t r0, int64_t rows) {
     sync_blas_threads();
     for (int64_t gi = 0; gi < p.groups; ++gi)
       gemm(false, true, rows, k, p.coutg, g + r0 * p.cout + gi * p.coutg, p.cout, f + gi * p.coutg, p.cout, T(0),
            col + gi * k, lda);
     cpu::col2im_add(col, dx, p, r0, rows);
-  }
-  return {};
+  });
 }
 
 // GEMMs pay off unless the filter is depthwise (one input channel per group) or there is nothing.
