@@ -350,7 +350,30 @@ void register_random(op_registry& r) {
     });
 }
 
+// Uniform [0, 1) from the i64 scalar seed input mixed with the "salt" attribute: the same seed and
+// salt give the same tensor, so a training step fed a new seed per step draws new dropout masks
+// without retracing, and a resumed run draws the masks the uninterrupted one drew.
+void register_stateless_random(op_registry& r) {
+  r.add("stateless_random_uniform", [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    AF_TRY(expect_inputs("stateless_random_uniform", in, 1));
+    if (in[0].type() != dtype::i64 || in[0].numel() != 1)
+      return make_error(errc::invalid_argument, std::string{"stateless_random_uniform: the seed must be one i64, got "} +
+                                                    std::string{to_string(in[0].type())} + " " + to_string(in[0].shape()));
+    AF_TRY_ASSIGN(auto dims, a.get_ints("shape"));
+    AF_TRY_ASSIGN(auto salt, a.get_int("salt", 0));
+    AF_TRY_ASSIGN(auto type_name, a.get_string("dtype", std::string{"f32"}));
+    AF_TRY_ASSIGN(auto type, parse_dtype(type_name));
+    const auto seed = static_cast<uint64_t>(in[0].data<int64_t>()[0]);  // one element: strides do not matter
+    // SplitMix64's finaliser: nearby (seed, salt) pairs give unrelated Philox keys.
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(salt) + 0x632BE59BD9B4E019ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return one(random_uniform(shape(dims), z ^ (z >> 31), type, 0.0, 1.0));
+  });
+}
+
 void register_cpu_kernels(op_registry& registry) {
+  register_stateless_random(registry);
   register_random(registry);
   register_elementwise(registry);
   register_reduce(registry);

@@ -228,7 +228,7 @@ std::vector<std::optional<node_id>> input_gradients(emitter& e, const node& n, n
     attrs.set("params_shape", std::vector<int64_t>(p_dims.begin(), p_dims.end()));
     return {e.op("gather_backprop", {g, in[1]}, attrs), std::nullopt};
   }
-  if (op == "one_hot") return {std::nullopt};
+  if (op == "one_hot" || op == "stateless_random_uniform") return {std::nullopt};
   if (op == "conv2d") {
     const shape x_dims = shape_of(0), f_dims = shape_of(1);
     op_attrs in_attrs = n.attrs, f_attrs = n.attrs;

@@ -169,6 +169,10 @@ sym gather(const sym& params, const sym& indices, int64_t axis, where_from from)
 sym one_hot(const sym& indices, int64_t depth, dtype type, where_from from) {
   return apply("one_hot", {indices}, {{"depth", depth}, {"dtype", std::string{to_string(type)}}}, from);
 }
+sym stateless_random_uniform(const sym& seed, std::vector<int64_t> dims, int64_t salt, dtype type, where_from from) {
+  return apply("stateless_random_uniform", {seed},
+               {{"shape", std::move(dims)}, {"salt", salt}, {"dtype", std::string{to_string(type)}}}, from);
+}
 sym transpose(const sym& x, std::vector<int64_t> perm, where_from from) {
   return apply("transpose", {x}, {{"perm", std::move(perm)}}, from);
 }

@@ -116,6 +116,10 @@ sym concat(const std::vector<sym>& parts, int64_t axis, where_from from = where_
 sym stack(const std::vector<sym>& parts, int64_t axis, where_from from = where_from::current());
 sym gather(const sym& params, const sym& indices, int64_t axis = 0, where_from from = where_from::current());
 sym one_hot(const sym& indices, int64_t depth, dtype type = dtype::f32, where_from from = where_from::current());
+/// Uniform [0, 1) of shape `dims`, determined by the i64 scalar `seed` and `salt` (no gradient):
+/// a graph fed a new seed per call draws new numbers without retracing (dropout masks).
+sym stateless_random_uniform(const sym& seed, std::vector<int64_t> dims, int64_t salt = 0, dtype type = dtype::f32,
+                             where_from from = where_from::current());
 sym transpose(const sym& x, std::vector<int64_t> perm, where_from from = where_from::current());
 sym broadcast_to(const sym& x, std::vector<int64_t> dims, where_from from = where_from::current());
 

@@ -50,6 +50,8 @@ constexpr std::array table{
     op_info{"max_pool2d_backprop", contraction, 2}, op_info{"avg_pool2d_backprop", contraction, 1},
     // stateful
     op_info{"random_uniform", stateful, 0}, op_info{"random_normal", stateful, 0},
+    // deterministic in its seed input (dropout masks: a new seed per step, no retrace)
+    op_info{"stateless_random_uniform", stateful, 1},
     op_info{"fused", fused, -1},
 };
 
