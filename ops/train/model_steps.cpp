@@ -1,0 +1,292 @@
+// af::nn::model: compile, the three traced steps (train, test, predict) and the checks of a
+// batch before it runs.
+
+#include <cmath>
+
+#include "ops/elementwise.hpp"
+#include "ops/train/losses.hpp"
+#include "ops/train/model_impl.hpp"
+
+namespace af::nn {
+
+// -- losses by name ----------------------------------------------------------------------------------
+
+loss_spec sparse_categorical_crossentropy() {
+  return {"sparse_categorical_crossentropy",
+          [](const sym& t, const sym& p) { return losses::sparse_categorical_crossentropy(t, p); }, true};
+}
+loss_spec categorical_crossentropy(double smoothing) {
+  return {"categorical_crossentropy", [smoothing](const sym& t, const sym& p) { return losses::categorical_crossentropy(t, p, smoothing); }};
+}
+loss_spec binary_crossentropy() {
+  return {"binary_crossentropy", [](const sym& t, const sym& p) { return losses::binary_crossentropy(t, p); }};
+}
+loss_spec binary_focal_crossentropy(double gamma, double alpha) {
+  return {"binary_focal_crossentropy",
+          [gamma, alpha](const sym& t, const sym& p) { return losses::binary_focal_crossentropy(t, p, gamma, alpha); }};
+}
+loss_spec mean_squared_error() {
+  return {"mean_squared_error", [](const sym& t, const sym& p) { return losses::mean_squared_error(t, p); }};
+}
+loss_spec mean_absolute_error() {
+  return {"mean_absolute_error", [](const sym& t, const sym& p) { return losses::mean_absolute_error(t, p); }};
+}
+loss_spec huber(double delta) {
+  return {"huber", [delta](const sym& t, const sym& p) { return losses::huber(t, p, delta); }};
+}
+
+namespace {
+
+// Binary losses take logits; the binary metrics want probabilities.
+class on_probabilities final : public metrics::metric {
+ public:
+  explicit on_probabilities(std::unique_ptr<metrics::metric> inner) : metric(inner->name()), inner_(std::move(inner)) {}
+  expected<void> update(const tensor& targets, const tensor& logits) override {
+    AF_TRY_ASSIGN(auto p, af::sigmoid(logits));
+    return inner_->update(targets, p);
+  }
+  double result() const override { return inner_->result(); }
+  void reset() override { inner_->reset(); }
+
+ private:
+  std::unique_ptr<metrics::metric> inner_;
+};
+
+const loss_spec& loss_of(const compile_options& o, std::size_t output) {
+  return o.loss.size() == 1 ? o.loss.front() : o.loss.at(output);
+}
+
+std::string type_text(const tensor& t) { return std::string{to_string(t.type())} + to_string(t.shape()); }
+
+std::string spec_with_batch(const value_spec& s, int64_t batch) {
+  shape dims{batch};
+  for (auto d : s.dims) dims.push_back(d);
+  return std::string{to_string(s.type)} + to_string(dims);
+}
+
+/// Inputs against the model's specs, one batch size throughout.
+expected<int64_t> check_inputs(const model::impl& m, const std::vector<tensor>& x) {
+  if (x.size() != m.inputs.size())
+    return make_error(errc::invalid_argument, "model '" + m.name + "' takes " + std::to_string(m.inputs.size()) + " inputs, got " +
+                                                  std::to_string(x.size()));
+  const int64_t batch = x.empty() || x[0].ndim() == 0 ? 0 : x[0].dim(0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const value_spec& want = m.inputs[i].spec();
+    bool fits = x[i].type() == want.type && x[i].ndim() == static_cast<int>(want.dims.size()) + 1 && x[i].dim(0) == batch;
+    for (std::size_t d = 0; fits && d < want.dims.size(); ++d) fits = x[i].dim(static_cast<int>(d) + 1) == want.dims[d];
+    if (!fits)
+      return make_error(errc::shape_mismatch, "input '" + m.inputs[i].node->input_name + "' must be " +
+                                                  spec_with_batch(want, batch) + ", got " + type_text(x[i]));
+  }
+  if (batch <= 0) return make_error(errc::invalid_argument, "model '" + m.name + "': an empty batch");
+  return batch;
+}
+
+/// Targets against the outputs and their losses: class ids in range, or the output's shape.
+expected<void> check_targets(const model::impl& m, const std::vector<tensor>& y, int64_t batch) {
+  if (y.size() != m.outputs.size())
+    return make_error(errc::invalid_argument, "model '" + m.name + "' has " + std::to_string(m.outputs.size()) + " outputs, got " +
+                                                  std::to_string(y.size()) + " targets");
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const value_spec& out = m.outputs[i].spec();
+    const std::string what = m.outputs.size() == 1 ? std::string{"target"} : "target " + std::to_string(i);
+    if (loss_of(*m.compiled, i).sparse_labels) {
+      if (!is_integral(y[i].type()) || y[i].ndim() != 1 || y[i].dim(0) != batch)
+        return make_error(errc::shape_mismatch, what + " must be integer class ids [" + std::to_string(batch) + "], got " + type_text(y[i]));
+      const int64_t classes = out.dims.empty() ? 1 : out.dims.back();
+      const auto ids = y[i].to_vector<int64_t>();
+      for (std::size_t r = 0; r < ids.size(); ++r)
+        if (ids[r] < 0 || ids[r] >= classes)
+          return make_error(errc::out_of_range, what + " row " + std::to_string(r) + ": class id " + std::to_string(ids[r]) +
+                                                    " is outside [0, " + std::to_string(classes) + ")");
+      continue;
+    }
+    bool fits = y[i].ndim() == static_cast<int>(out.dims.size()) + 1 && y[i].dim(0) == batch;
+    for (std::size_t d = 0; fits && d < out.dims.size(); ++d) fits = y[i].dim(static_cast<int>(d) + 1) == out.dims[d];
+    if (!fits) return make_error(errc::shape_mismatch, what + " must be " + spec_with_batch(out, batch) + ", got " + type_text(y[i]));
+  }
+  return {};
+}
+
+/// Targets in the dtype the loss computes in (float targets of an integer dataset field, say).
+std::vector<tensor> loss_ready(const model::impl& m, const std::vector<tensor>& y) {
+  std::vector<tensor> out = y;
+  for (std::size_t i = 0; i < y.size(); ++i)
+    if (!loss_of(*m.compiled, i).sparse_labels && y[i].type() != dtype::f32) {
+      if (auto cast_value = af::cast(y[i], dtype::f32)) out[i] = std::move(*cast_value);
+    }
+  return out;
+}
+
+/// The weighted total and the per-output losses inside a trace.
+std::pair<sym, std::vector<sym>> total_loss(const model::impl& m, const std::vector<sym>& targets, const std::vector<sym>& predictions) {
+  std::vector<sym> each;
+  std::optional<sym> total;
+  for (std::size_t i = 0; i < predictions.size(); ++i) {
+    each.push_back(loss_of(*m.compiled, i).fn(targets[i], predictions[i]));
+    const double w = m.compiled->loss_weights.empty() ? 1.0 : m.compiled->loss_weights[i];
+    sym term = w == 1.0 ? each.back() : each.back() * w;
+    total = total ? *total + term : term;
+  }
+  return {*total, each};
+}
+
+expected<batch_result> unpack(const model::impl& m, std::vector<tensor>& out) {
+  batch_result r;
+  const std::size_t outputs = m.outputs.size();
+  r.loss = out[0].item<double>();
+  for (std::size_t i = 0; i < outputs; ++i) r.output_loss.push_back(out[1 + i].item<double>());
+  for (std::size_t i = 0; i < outputs; ++i) r.predictions.push_back(out[1 + outputs + i]);
+  if (m.compiled->check_numerics && !std::isfinite(r.loss))
+    return make_error(errc::invalid_argument, std::string{"the loss is "} + (std::isnan(r.loss) ? "NaN" : "infinite") +
+                                                  " (weights left as they were before this batch)");
+  return r;
+}
+
+}  // namespace
+
+expected<void> model::compile(compile_options options) {
+  auto& m = *impl_;
+  if (options.loss.empty()) return make_error(errc::invalid_argument, "compile '" + m.name + "': no loss given");
+  if (options.loss.size() != 1 && options.loss.size() != m.outputs.size())
+    return make_error(errc::invalid_argument, "compile '" + m.name + "': " + std::to_string(options.loss.size()) + " losses for " +
+                                                  std::to_string(m.outputs.size()) + " outputs");
+  if (!options.loss_weights.empty() && options.loss_weights.size() != m.outputs.size())
+    return make_error(errc::invalid_argument, "compile '" + m.name + "': " + std::to_string(options.loss_weights.size()) +
+                                                  " loss weights for " + std::to_string(m.outputs.size()) + " outputs");
+  m.compiled = std::move(options);
+  for (std::size_t i = 0; i < m.outputs.size(); ++i) {
+    auto metrics = make_metrics(i);
+    if (!metrics) {
+      m.compiled.reset();
+      return metrics.error_value();
+    }
+  }
+  m.trainable.clear();
+  std::vector<tensor> trainable_values;
+  for (std::size_t i = 0; i < m.weights.size(); ++i)
+    if (m.weights[i].trainable) {
+      m.trainable.push_back(static_cast<int>(i));
+      trainable_values.push_back(m.values[i]);
+    }
+  AF_TRY_ASSIGN(m.slots, m.compiled->optimizer.initial_slots(trainable_values));
+  m.updates = 0;
+  m.learning_rate_override.reset();
+
+  // Train inputs: x..., y..., seed, learning rate, count, weights..., slots...
+  // Train outputs: loss, per-output losses, predictions..., weights..., slots...
+  const std::size_t nx = m.inputs.size(), ny = m.outputs.size(), nw = m.weights.size();
+  m.train_step = std::make_unique<function>([&m, nx, ny, nw](const std::vector<sym>& in) {
+    const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
+    const std::vector<sym> y(in.begin() + static_cast<std::ptrdiff_t>(nx), in.begin() + static_cast<std::ptrdiff_t>(nx + ny));
+    const sym& seed = in[nx + ny];
+    const sym& lr = in[nx + ny + 1];
+    const sym& count = in[nx + ny + 2];
+    const auto w_begin = in.begin() + static_cast<std::ptrdiff_t>(nx + ny + 3);
+    const std::vector<sym> w(w_begin, w_begin + static_cast<std::ptrdiff_t>(nw));
+    const std::vector<sym> slots(w_begin + static_cast<std::ptrdiff_t>(nw), in.end());
+    std::vector<std::pair<int, sym>> assigned;
+    auto predictions = m.forward(x, w, &seed, true, &assigned);
+    auto [loss, each] = total_loss(m, y, predictions);
+    std::vector<sym> trainable;
+    for (int i : m.trainable) trainable.push_back(w[static_cast<std::size_t>(i)]);
+    auto update = m.compiled->optimizer.apply(trainable, gradients(loss, trainable), slots, lr, count);
+    std::vector<sym> next_w = w;
+    for (std::size_t k = 0; k < m.trainable.size(); ++k) next_w[static_cast<std::size_t>(m.trainable[k])] = update.variables[k];
+    for (const auto& [i, value] : assigned) next_w[static_cast<std::size_t>(i)] = value;
+    std::vector<sym> out{loss};
+    out.insert(out.end(), each.begin(), each.end());
+    out.insert(out.end(), predictions.begin(), predictions.end());
+    out.insert(out.end(), next_w.begin(), next_w.end());
+    out.insert(out.end(), update.slots.begin(), update.slots.end());
+    return out;
+  });
+  // Test inputs: x..., y..., weights...; outputs: loss, per-output losses, predictions...
+  m.test_step = std::make_unique<function>([&m, nx, ny](const std::vector<sym>& in) {
+    const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
+    const std::vector<sym> y(in.begin() + static_cast<std::ptrdiff_t>(nx), in.begin() + static_cast<std::ptrdiff_t>(nx + ny));
+    const std::vector<sym> w(in.begin() + static_cast<std::ptrdiff_t>(nx + ny), in.end());
+    auto predictions = m.forward(x, w, nullptr, false, nullptr);
+    auto [loss, each] = total_loss(m, y, predictions);
+    std::vector<sym> out{loss};
+    out.insert(out.end(), each.begin(), each.end());
+    out.insert(out.end(), predictions.begin(), predictions.end());
+    return out;
+  });
+  return {};
+}
+
+bool model::compiled() const { return impl_->compiled.has_value(); }
+
+const compile_options& model::compiled_with() const { return impl_->compiled.value(); }
+
+int64_t model::train_traces() const { return impl_->train_step ? impl_->train_step->trace_count() : 0; }
+
+expected<batch_result> model::train_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets, uint64_t seed) {
+  auto& m = *impl_;
+  if (!m.compiled) return make_error(errc::invalid_argument, "model '" + m.name + "': compile it before training");
+  AF_TRY_ASSIGN(auto batch, check_inputs(m, inputs));
+  AF_TRY(check_targets(m, targets, batch));
+  std::vector<tensor> args = inputs;
+  for (auto& y : loss_ready(m, targets)) args.push_back(std::move(y));
+  args.push_back(tensor::scalar(static_cast<int64_t>(seed)));
+  args.push_back(tensor::scalar(static_cast<float>(learning_rate())));
+  args.push_back(tensor::scalar(static_cast<float>(m.updates)));
+  args.insert(args.end(), m.values.begin(), m.values.end());
+  args.insert(args.end(), m.slots.begin(), m.slots.end());
+  AF_TRY_ASSIGN(auto out, (*m.train_step)(args));
+  AF_TRY_ASSIGN(auto result, unpack(m, out));
+  const std::size_t first_w = 1 + 2 * m.outputs.size();
+  for (std::size_t i = 0; i < m.values.size(); ++i) m.values[i] = std::move(out[first_w + i]);
+  for (std::size_t s = 0; s < m.slots.size(); ++s) m.slots[s] = std::move(out[first_w + m.values.size() + s]);
+  ++m.updates;
+  return result;
+}
+
+expected<batch_result> model::test_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets) {
+  auto& m = *impl_;
+  if (!m.compiled) return make_error(errc::invalid_argument, "model '" + m.name + "': compile it before evaluating");
+  AF_TRY_ASSIGN(auto batch, check_inputs(m, inputs));
+  AF_TRY(check_targets(m, targets, batch));
+  std::vector<tensor> args = inputs;
+  for (auto& y : loss_ready(m, targets)) args.push_back(std::move(y));
+  args.insert(args.end(), m.values.begin(), m.values.end());
+  AF_TRY_ASSIGN(auto out, (*m.test_step)(args));
+  return unpack(m, out);
+}
+
+expected<std::vector<tensor>> model::predict_on_batch(const std::vector<tensor>& inputs) {
+  auto& m = *impl_;
+  AF_TRY(check_inputs(m, inputs));
+  if (!m.predict_step) {
+    const std::size_t nx = m.inputs.size();
+    m.predict_step = std::make_unique<function>([&m, nx](const std::vector<sym>& in) {
+      const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
+      const std::vector<sym> w(in.begin() + static_cast<std::ptrdiff_t>(nx), in.end());
+      return m.forward(x, w, nullptr, false, nullptr);
+    });
+  }
+  std::vector<tensor> args = inputs;
+  args.insert(args.end(), m.values.begin(), m.values.end());
+  return (*m.predict_step)(args);
+}
+
+expected<std::vector<std::unique_ptr<metrics::metric>>> model::make_metrics(std::size_t output) const {
+  const auto& m = *impl_;
+  std::vector<std::unique_ptr<metrics::metric>> out;
+  if (!m.compiled) return out;
+  const bool binary = loss_of(*m.compiled, output).name.starts_with("binary");
+  for (const auto& name : m.compiled->metrics) {
+    if (name == "accuracy" && !binary) out.push_back(metrics::sparse_categorical_accuracy());
+    else if (name == "accuracy" || name == "binary_accuracy")
+      out.push_back(std::make_unique<on_probabilities>(metrics::binary_accuracy(0.5, name)));
+    else if (name == "top_k_accuracy") out.push_back(metrics::sparse_top_k_accuracy(5));
+    else if (name == "auc") out.push_back(std::make_unique<on_probabilities>(metrics::auc()));
+    else
+      return make_error(errc::invalid_argument, "compile '" + m.name + "': unknown metric '" + name +
+                                                    "' (known: accuracy, binary_accuracy, top_k_accuracy, auc)");
+  }
+  return out;
+}
+
+}  // namespace af::nn
