@@ -7,6 +7,8 @@ namespace af::apps {
 
 int run_info(int argc, char** argv);
 int run_demo(int argc, char** argv);
+int run_topology_demo(int argc, char** argv);
 int run_records(int argc, char** argv);
+int run_digits(int argc, char** argv);
 
 }  // namespace af::apps

@@ -1,4 +1,4 @@
-// `actorflow demo`: tensors flowing through an actor topology, end to end.
+// `actorflow topology-demo`: tensors flowing through an actor topology, end to end.
 //
 //   source "batches" --> transform "normalize" --> transform "dense_relu" --> reader (this thread)
 //                                                                          \-> cpu:0 device actor
@@ -51,14 +51,14 @@ int fail(const char* where, const error& err) {
 
 }  // namespace
 
-int run_demo(int argc, char** argv) {
+int run_topology_demo(int argc, char** argv) {
   int64_t batches = 400;
-  std::string trace_path = "actorflow_demo_trace.json";
+  std::string trace_path = "actorflow_topology_trace.json";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--batches") == 0 && i + 1 < argc) batches = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: actorflow demo [--batches N] [--trace FILE]\n");
+      std::fprintf(stderr, "usage: actorflow topology-demo [--batches N] [--trace FILE]\n");
       return 2;
     }
   }

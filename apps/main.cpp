@@ -16,16 +16,20 @@ struct command {
 
 const command commands[] = {
     {"info", "version, CPU thread budget and GPU availability", af::apps::run_info},
-    {"demo", "tensors flowing through an actor topology, with a trace and a bottleneck report",
+    {"demo", "train a CNN on the 8x8 digits through the TFRecord pipeline; test accuracy, trace, report",
      af::apps::run_demo},
+    {"topology-demo", "tensors flowing through an actor topology, with a trace and a bottleneck report",
+     af::apps::run_topology_demo},
     {"node", "exchange tensors between two processes: node receive PORT | node send HOST PORT",
      af::apps::run_node},
     {"records", "look into TFRecord files: records cat|verify|count FILE...", af::apps::run_records},
+    {"digits", "sklearn's 8x8 digits CSV to train/test TFRecords: digits [--csv PATH] [--out DIR]",
+     af::apps::run_digits},
 };
 
 int usage(FILE* out) {
   std::fprintf(out, "usage: actorflow <command> [args]\n\ncommands:\n");
-  for (const auto& c : commands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
+  for (const auto& c : commands) std::fprintf(out, "  %-14s %s\n", c.name, c.summary);
   return out == stderr ? 2 : 0;
 }
 

@@ -52,7 +52,7 @@ expected<iterator> dataset::resume(runtime& rt, const iterator_state& saved, aut
                       "resume: the saved iterator state belongs to another pipeline (its description differs)");
   auto ctx = top_level_context(rt, saved.base_seed);
   // Replays the pipeline and drops what the saved iterator had handed out, inside the topology.
-  const dataset positioned = skip(static_cast<int64_t>(saved.consumed));
+  const dataset positioned = saved.consumed == 0 ? *this : skip(static_cast<int64_t>(saved.consumed));
   return launch_iteration(rt, *positioned.root_, ctx, to_dot(), saved.consumed, tuning);
 }
 

@@ -1,0 +1,260 @@
+// fit, evaluate and predict over dataset pipelines.
+
+#include "strategies/trainer.hpp"
+
+#include <algorithm>
+
+#include "ops/array_ops.hpp"
+#include "ops/train/metrics.hpp"
+#include "strategies/progress.hpp"
+
+namespace af::train {
+
+namespace {
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x7F4A7C159E3779B9ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// The iterator state an epoch starts from: unseeded shuffles draw from a base seed fixed by
+/// (fit seed, epoch), so every epoch has its own order and a restored fit replays the same one.
+data::iterator_state epoch_start(const data::dataset& train, uint64_t seed, int epoch) {
+  data::iterator_state s;
+  s.base_seed = mix(seed, static_cast<uint64_t>(epoch) + 1);
+  s.consumed = 0;
+  s.fingerprint = train.to_dot();
+  return s;
+}
+
+/// Where in the run a batch is, for error messages: "epoch 2/10, batch 17".
+std::string batch_place(int epoch, int epochs, int64_t batch, const element& e) {
+  std::string out = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs) + ", batch " + std::to_string(batch + 1);
+  if (e.origin.known()) out += " (" + e.origin.to_string() + ")";
+  return out;
+}
+
+expected<std::vector<tensor>> fields_of(const element& e, const std::vector<std::string>& names, const char* role) {
+  std::vector<tensor> out;
+  for (const auto& name : names) {
+    const tensor* t = e.find(name);
+    if (t == nullptr) {
+      std::string have;
+      for (const auto& f : e.fields) have += (have.empty() ? "" : ", ") + f.name;
+      return make_error(errc::invalid_argument, std::string{"the batch has no field '"} + name + "' for " + role + " (it has: " + have + ")");
+    }
+    out.push_back(*t);
+  }
+  return out;
+}
+
+/// The loss and the compiled metrics of every output, kept over an epoch.
+class epoch_figures {
+ public:
+  static expected<epoch_figures> make(const nn::model& m) {
+    epoch_figures f;
+    f.loss_ = metrics::mean("loss");
+    const std::size_t outputs = m.output_specs().size();
+    for (std::size_t i = 0; i < outputs; ++i) {
+      AF_TRY_ASSIGN(auto list, m.make_metrics(i));
+      for (auto& metric : list) f.metrics_.push_back({i, outputs > 1 ? "output_" + std::to_string(i) + "_" : "", std::move(metric)});
+    }
+    return f;
+  }
+
+  expected<void> add(const nn::batch_result& r, const std::vector<tensor>& targets, int64_t batch) {
+    AF_TRY_ASSIGN(auto weighted, tensor::full({batch}, r.loss, dtype::f64));
+    AF_TRY(loss_->update(weighted, weighted));
+    for (auto& m : metrics_) AF_TRY(m.metric->update(targets[m.output], r.predictions[m.output]));
+    return {};
+  }
+
+  logs values(const std::string& prefix = "") const {
+    logs out{{prefix + "loss", loss_->result()}};
+    for (const auto& m : metrics_) out.emplace_back(prefix + m.prefix + m.metric->name(), m.metric->result());
+    return out;
+  }
+
+ private:
+  struct entry {
+    std::size_t output;
+    std::string prefix;
+    std::unique_ptr<metrics::metric> metric;
+  };
+  std::unique_ptr<metrics::metric> loss_;
+  std::vector<entry> metrics_;
+};
+
+template <class Hook>
+expected<void> for_each_callback(const fit_options& o, Hook&& hook) {
+  for (const auto& cb : o.callbacks) {
+    auto r = hook(*cb);
+    if (!r) return make_error(r.error_value().code, "callback: " + r.error_value().message);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::optional<double> find_log(const logs& l, const std::string& key) {
+  for (const auto& [k, v] : l)
+    if (k == key) return v;
+  return std::nullopt;
+}
+
+std::vector<double> history::of(const std::string& key) const {
+  std::vector<double> out;
+  for (const auto& e : epochs)
+    if (auto v = find_log(e, key)) out.push_back(*v);
+  return out;
+}
+
+ckpt::checkpoint fit_context::snapshot() const {
+  ckpt::checkpoint ck;
+  ck.tensors = model->state();
+  ck.metadata = {{"epoch", std::to_string(epoch)},
+                 {"batch_in_epoch", std::to_string(batch_in_epoch)},
+                 {"seed", std::to_string(seed)},
+                 {"iterator", position.serialize()}};
+  return ck;
+}
+
+expected<void> fit_context::restore(const ckpt::checkpoint& saved) {
+  for (const char* key : {"epoch", "batch_in_epoch", "iterator"})
+    if (saved.meta(key) == nullptr) return make_error(errc::malformed_input, std::string{"the checkpoint has no '"} + key + "' entry");
+  AF_TRY_ASSIGN(auto position_saved, data::iterator_state::deserialize(*saved.meta("iterator")));
+  AF_TRY(model->load_state(saved.tensors));
+  epoch = std::stoi(*saved.meta("epoch"));
+  batch_in_epoch = std::stoll(*saved.meta("batch_in_epoch"));
+  position = position_saved;
+  resume_position = std::move(position_saved);
+  return {};
+}
+
+expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train, fit_options options) {
+  if (!model.compiled()) return make_error(errc::invalid_argument, "fit: compile the model first");
+  if (options.targets.size() != model.output_specs().size())
+    return make_error(errc::invalid_argument, "fit: " + std::to_string(options.targets.size()) + " target fields for " +
+                                                  std::to_string(model.output_specs().size()) + " model outputs");
+  fit_context ctx;
+  ctx.model = &model;
+  ctx.epochs = options.epochs;
+  ctx.seed = options.seed;
+  ctx.position = epoch_start(train, options.seed, 0);
+  AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_train_begin(ctx); }));
+
+  const bool quiet = options.verbose == verbosity::silent || options.out == nullptr;
+  const bool bar = options.verbose == verbosity::auto_detect && is_terminal(options.out);
+  const auto inputs = model.input_names();
+  int64_t batches_per_epoch = options.steps_per_epoch;
+  history h;
+  for (int epoch = ctx.epoch; epoch < options.epochs && !ctx.stop_training; ++epoch) {
+    ctx.epoch = epoch;
+    const data::iterator_state start = ctx.resume_position ? *ctx.resume_position : epoch_start(train, options.seed, epoch);
+    ctx.resume_position.reset();
+    ctx.batch_in_epoch = static_cast<int64_t>(start.consumed);
+    ctx.position = start;
+    AF_TRY_ASSIGN(auto it, train.resume(rt, start));
+    AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_epoch_begin(ctx); }));
+    AF_TRY_ASSIGN(auto figures, epoch_figures::make(model));
+    if (!quiet) std::fprintf(options.out, "Epoch %d/%d\n", epoch + 1, options.epochs);
+    progress_display progress{quiet ? nullptr : options.out, bar, batches_per_epoch};
+    int64_t samples = 0;
+    while (options.steps_per_epoch == 0 || ctx.batch_in_epoch < options.steps_per_epoch) {
+      auto next = it.next();
+      if (!next)
+        return make_error(next.error_value().code, "fit: epoch " + std::to_string(epoch + 1) + ", batch " +
+                                                       std::to_string(ctx.batch_in_epoch + 1) + ": " + next.error_value().message);
+      if (!*next) break;
+      const element& batch = **next;
+      const std::string place = batch_place(epoch, options.epochs, ctx.batch_in_epoch, batch);
+      auto x = fields_of(batch, inputs, "an input");
+      auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
+      if (!y) return make_error(y.error_value().code, "fit: " + place + ": " + y.error_value().message);
+      auto result = model.train_on_batch(*x, *y, mix(options.seed, static_cast<uint64_t>(model.updates_done())));
+      if (!result) return make_error(result.error_value().code, "fit: " + place + ": " + result.error_value().message);
+      const int64_t rows = (*x)[0].dim(0);
+      if (auto ok = figures.add(*result, *y, rows); !ok)
+        return make_error(ok.error_value().code, "fit: " + place + ": " + ok.error_value().message);
+      ++ctx.batch_in_epoch;
+      samples += rows;
+      ctx.position = it.save();
+      const logs running = figures.values();
+      AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
+      progress.update(ctx.batch_in_epoch, samples, running);
+    }
+    if (batches_per_epoch == 0 && static_cast<int64_t>(start.consumed) == 0) batches_per_epoch = ctx.batch_in_epoch;
+    logs epoch_logs = figures.values();
+    if (options.validation_data) {
+      auto val = evaluate(rt, model, *options.validation_data, {.targets = options.targets});
+      if (!val) return make_error(val.error_value().code, "fit: validation after epoch " + std::to_string(epoch + 1) + ": " + val.error_value().message);
+      for (const auto& [k, v] : *val) epoch_logs.emplace_back("val_" + k, v);
+    }
+    progress.finish(ctx.batch_in_epoch, samples, epoch_logs);
+    // The next epoch starts at its beginning: a snapshot taken now must not replay this one.
+    ctx.position = epoch_start(train, options.seed, epoch + 1);
+    ctx.batch_in_epoch = 0;
+    ctx.epoch = epoch + 1;
+    AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_epoch_end(ctx, epoch_logs); }));
+    h.epochs.push_back(std::move(epoch_logs));
+  }
+  AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_train_end(ctx); }));
+  return h;
+}
+
+expected<logs> evaluate(runtime& rt, nn::model& model, const data::dataset& data, evaluate_options options) {
+  if (!model.compiled()) return make_error(errc::invalid_argument, "evaluate: compile the model first");
+  AF_TRY_ASSIGN(auto figures, epoch_figures::make(model));
+  const auto inputs = model.input_names();
+  const bool quiet = options.verbose == verbosity::silent || options.out == nullptr;
+  progress_display progress{quiet ? nullptr : options.out, !quiet && is_terminal(options.out), 0};
+  auto it = data.iterate(rt);
+  int64_t batches = 0, samples = 0;
+  for (;;) {
+    auto next = it.next();
+    if (!next) return make_error(next.error_value().code, "evaluate: batch " + std::to_string(batches + 1) + ": " + next.error_value().message);
+    if (!*next) break;
+    const element& batch = **next;
+    const std::string place = "batch " + std::to_string(batches + 1) + (batch.origin.known() ? " (" + batch.origin.to_string() + ")" : "");
+    auto x = fields_of(batch, inputs, "an input");
+    auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
+    if (!y) return make_error(y.error_value().code, "evaluate: " + place + ": " + y.error_value().message);
+    auto result = model.test_on_batch(*x, *y);
+    if (!result) return make_error(result.error_value().code, "evaluate: " + place + ": " + result.error_value().message);
+    const int64_t rows = (*x)[0].dim(0);
+    if (auto ok = figures.add(*result, *y, rows); !ok) return make_error(ok.error_value().code, "evaluate: " + place + ": " + ok.error_value().message);
+    ++batches;
+    samples += rows;
+    progress.update(batches, samples, figures.values());
+  }
+  if (batches == 0) return make_error(errc::invalid_argument, "evaluate: the dataset is empty");
+  progress.finish(batches, samples, figures.values());
+  return figures.values();
+}
+
+expected<std::vector<tensor>> predict(runtime& rt, nn::model& model, const data::dataset& data) {
+  const auto inputs = model.input_names();
+  std::vector<std::vector<tensor>> parts(model.output_specs().size());
+  auto it = data.iterate(rt);
+  for (int64_t batch = 0;; ++batch) {
+    auto next = it.next();
+    if (!next) return make_error(next.error_value().code, "predict: batch " + std::to_string(batch + 1) + ": " + next.error_value().message);
+    if (!*next) break;
+    auto x = fields_of(**next, inputs, "an input");
+    if (!x) return make_error(x.error_value().code, "predict: batch " + std::to_string(batch + 1) + ": " + x.error_value().message);
+    auto out = model.predict_on_batch(*x);
+    if (!out) return make_error(out.error_value().code, "predict: batch " + std::to_string(batch + 1) + ": " + out.error_value().message);
+    for (std::size_t i = 0; i < parts.size(); ++i) parts[i].push_back((*out)[i]);
+  }
+  std::vector<tensor> joined;
+  for (auto& p : parts) {
+    if (p.empty()) return make_error(errc::invalid_argument, "predict: the dataset is empty");
+    AF_TRY_ASSIGN(auto all, concat(p, 0));
+    joined.push_back(std::move(all));
+  }
+  return joined;
+}
+
+}  // namespace af::train
