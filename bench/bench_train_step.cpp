@@ -1,13 +1,15 @@
-// One training step (forward, backward, optimizer update) traced once by af::function and timed:
+// One training step (forward, backward, optimizer update) of an af::nn::model, timed:
 //   MLP 784-512-512-10 (ReLU), batch 256, Adam;
 //   CNN 32x32x3 -> conv3x3 32 -> maxpool 2 -> conv3x3 64 -> maxpool 2 -> dense 128 -> dense 10
 //   (ReLU, 'same' convolutions, NHWC), batch 128, SGD with momentum 0.9;
-// both on synthetic data in memory, sparse categorical cross-entropy. Each step's outputs (new
-// weights and slots) feed the next, as in training. bench/torch_train_reference.py times the same
-// two models in PyTorch.
+// both on synthetic data in memory, sparse categorical cross-entropy, via model::train_on_batch.
+// The baseline in the same run is the same step written by hand with af::function (weights and
+// slots threaded through explicitly): its ratio is what the model layer costs.
+// bench/torch_train_reference.py times the same two models in PyTorch.
 //
 //   build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only]   (the flags are for profiling)
-// Last line: one JSON object (mlp_step_ms, cnn_step_ms, their min and max, traces).
+// Last line: one JSON object (mlp_step_ms, cnn_step_ms, their min and max, the hand-traced
+// baselines and the ratios, traces).
 
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +19,9 @@
 #include "ops/parallel.hpp"
 #include "ops/random.hpp"
 #include "ops/train/initializers.hpp"
+#include "ops/train/layers.hpp"
 #include "ops/train/losses.hpp"
+#include "ops/train/model.hpp"
 #include "ops/train/optimizers.hpp"
 
 namespace {
@@ -125,6 +129,50 @@ timing time_steps(model m, const tensor& x, const tensor& y, const af::optimizer
   return t;
 }
 
+af::nn::model mlp_model() {
+  return ok(af::nn::model::sequential(af::nn::input({784}, af::dtype::f32, "x"),
+                                      {af::nn::dense(512, {.activation = "relu"}), af::nn::dense(512, {.activation = "relu"}),
+                                       af::nn::dense(10)}),
+            "mlp model");
+}
+
+af::nn::model cnn_model() {
+  const af::nn::conv_options same{.padding = af::padding_mode::same, .activation = "relu", .kernel_initializer = "he_normal"};
+  return ok(af::nn::model::sequential(af::nn::input({32, 32, 3}, af::dtype::f32, "x"),
+                                      {af::nn::conv2d(32, {3, 3}, same), af::nn::max_pool2d(), af::nn::conv2d(64, {3, 3}, same),
+                                       af::nn::max_pool2d(), af::nn::flatten(), af::nn::dense(128, {.activation = "relu"}),
+                                       af::nn::dense(10)}),
+            "cnn model");
+}
+
+// `steps` train_on_batch calls after two warm-up ones.
+timing time_model(af::nn::model m, const tensor& x, const tensor& y, const af::optimizers::optimizer& opt, int steps) {
+  if (auto c = m.compile({.optimizer = opt, .loss = {af::nn::sparse_categorical_crossentropy()}}); !c) {
+    std::fprintf(stderr, "bench_train_step: compile: %s\n", c.error_value().to_string().c_str());
+    std::exit(1);
+  }
+  std::vector<double> seconds;
+  timing t{};
+  for (int s = 0; s < steps + 2; ++s) {
+    af::nn::batch_result r;
+    const double took = af::bench::seconds_of([&] { r = ok(m.train_on_batch({x}, {y}), "train_on_batch"); });
+    if (s >= 2) seconds.push_back(took);
+    if (s == 0) t.first_loss = r.loss;
+    t.last_loss = r.loss;
+  }
+  t.median_ms = 1e3 * af::bench::median(seconds);
+  t.min_ms = 1e3 * *std::min_element(seconds.begin(), seconds.end());
+  t.max_ms = 1e3 * *std::max_element(seconds.begin(), seconds.end());
+  t.traces = m.train_traces();
+  return t;
+}
+
+void report(const char* what, const timing& t, const timing& hand) {
+  std::printf("%s: %.2f ms per step (%.2f-%.2f), loss %.3f -> %.3f, %lld trace(s); hand-traced %.2f ms (x%.2f)\n", what,
+              t.median_ms, t.min_ms, t.max_ms, t.first_loss, t.last_loss, static_cast<long long>(t.traces), hand.median_ms,
+              t.median_ms / hand.median_ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,24 +180,22 @@ int main(int argc, char** argv) {
   const bool run_mlp = !af::bench::has_flag(argc, argv, "--cnn-only");
   const bool run_cnn = !af::bench::has_flag(argc, argv, "--mlp-only");
   const int steps = quick ? 15 : 50;
-  timing mlp_t{}, cnn_t{};
+  timing mlp_t{}, cnn_t{}, mlp_hand{}, cnn_hand{};
   if (run_mlp) {
     const auto mlp_x = ok(af::random_uniform({256, 784}, 1), "mlp input");
     const auto mlp_y = labels_for(256, 2);
-    mlp_t = time_steps(mlp(), mlp_x, mlp_y, af::optimizers::optimizer::adam({.learning_rate = 1e-3}), steps);
-    std::printf("MLP 784-512-512-10, batch 256, Adam: %.2f ms per step (%.2f-%.2f), loss %.3f -> %.3f, %lld trace(s)\n",
-                mlp_t.median_ms, mlp_t.min_ms, mlp_t.max_ms, mlp_t.first_loss, mlp_t.last_loss,
-                static_cast<long long>(mlp_t.traces));
+    const auto adam = af::optimizers::optimizer::adam({.learning_rate = 1e-3});
+    mlp_hand = time_steps(mlp(), mlp_x, mlp_y, adam, steps);
+    mlp_t = time_model(mlp_model(), mlp_x, mlp_y, adam, steps);
+    report("MLP 784-512-512-10, batch 256, Adam", mlp_t, mlp_hand);
   }
   if (run_cnn) {
     const auto cnn_x = ok(af::random_uniform({128, 32, 32, 3}, 3), "cnn input");
     const auto cnn_y = labels_for(128, 4);
     const auto momentum = af::optimizers::optimizer::sgd({.learning_rate = 0.01, .momentum = 0.9});
-    cnn_t = time_steps(cnn(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
-    std::printf("CNN conv32-pool-conv64-pool-dense128-dense10, batch 128, SGD momentum: %.2f ms per step (%.2f-%.2f), "
-                "loss %.3f -> %.3f, %lld trace(s)\n",
-                cnn_t.median_ms, cnn_t.min_ms, cnn_t.max_ms, cnn_t.first_loss, cnn_t.last_loss,
-                static_cast<long long>(cnn_t.traces));
+    cnn_hand = time_steps(cnn(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
+    cnn_t = time_model(cnn_model(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
+    report("CNN conv32-pool-conv64-pool-dense128-dense10, batch 128, SGD momentum", cnn_t, cnn_hand);
   }
   af::bench::json_line json;
   json.add("bench", std::string{"train_step"});
@@ -160,6 +206,10 @@ int main(int argc, char** argv) {
   json.add("cnn_step_ms", cnn_t.median_ms);
   json.add("cnn_step_min_ms", cnn_t.min_ms);
   json.add("cnn_step_max_ms", cnn_t.max_ms);
+  json.add("mlp_hand_traced_ms", mlp_hand.median_ms);
+  json.add("cnn_hand_traced_ms", cnn_hand.median_ms);
+  json.add("mlp_ratio_vs_hand_traced", mlp_hand.median_ms > 0 ? mlp_t.median_ms / mlp_hand.median_ms : 0.0);
+  json.add("cnn_ratio_vs_hand_traced", cnn_hand.median_ms > 0 ? cnn_t.median_ms / cnn_hand.median_ms : 0.0);
   json.add("traces", static_cast<double>(mlp_t.traces + cnn_t.traces));
   json.print();
   return 0;

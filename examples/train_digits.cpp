@@ -1,5 +1,6 @@
-// Trains the small CNN on the 8x8 digits through the TFRecord pipeline with Adam and a cosine
-// schedule, keeps a CSV log and a TensorBoard log, and reports test accuracy.
+// Trains a small CNN (functional API) on the 8x8 digits through the TFRecord pipeline with Adam and
+// a cosine schedule, with a backup to resume from after a crash, early stopping, a CSV log and a
+// TensorBoard log, and reports test accuracy.
 //
 //   build/apps/actorflow digits --out data/digits      # once: TFRecords from python3-sklearn's copy
 //   build/examples/train_digits data/digits
@@ -8,6 +9,7 @@
 
 #include "actors/runtime.hpp"
 #include "strategies/callbacks.hpp"
+#include "ops/train/layers.hpp"
 #include "strategies/digits.hpp"
 
 int main(int argc, char** argv) {
@@ -16,7 +18,11 @@ int main(int argc, char** argv) {
   auto train = af::train::digits_dataset(dir + "/train.tfrecord", 32, /*shuffle=*/true);
   auto test = af::train::digits_dataset(dir + "/test.tfrecord", 128, /*shuffle=*/false);
 
-  auto model = af::train::digits_cnn(/*seed=*/1);
+  auto x = af::nn::input({8, 8, 1}, af::dtype::f32, "image");  // fed by the element field "image"
+  auto h = af::nn::conv2d(32, {3, 3}, {.padding = af::padding_mode::same, .activation = "relu"})(x);
+  h = af::nn::max_pool2d()(h);
+  h = af::nn::dropout(0.25)(af::nn::dense(128, {.activation = "relu"})(af::nn::flatten()(h)));
+  auto model = af::nn::model::functional({x}, {af::nn::dense(10)(h)}, {.name = "digits", .seed = 1});
   if (!model) return std::fprintf(stderr, "%s\n", model.error_value().to_string().c_str()), 1;
   std::printf("%s", model->summary().c_str());
   const int epochs = 12;
@@ -26,10 +32,13 @@ int main(int argc, char** argv) {
                                   .metrics = {"accuracy"}});
   if (!compiled) return std::fprintf(stderr, "%s\n", compiled.error_value().to_string().c_str()), 1;
 
+  // Kill it mid-run and start it again: it continues from the last backup, exactly.
   auto history = af::train::fit(rt, *model, train,
                                 {.epochs = epochs,
                                  .validation_data = test,
-                                 .callbacks = {af::train::csv_logger("train_digits.csv"),
+                                 .callbacks = {af::train::backup_and_restore("train_digits_backup", 20),
+                                               af::train::early_stopping({.monitor = "val_loss", .patience = 3}),
+                                               af::train::csv_logger("train_digits.csv"),
                                                af::train::tensorboard("train_digits_logs")},
                                  .seed = 7});
   if (!history) return std::fprintf(stderr, "%s\n", history.error_value().to_string().c_str()), 1;
