@@ -84,7 +84,8 @@ int run_demo(int argc, char** argv) {
   if (auto written = trace::write_chrome_trace(trace_path, spans); !written) return fail("trace", written.error_value());
   std::printf("wrote %zu spans to %s (open in https://ui.perfetto.dev)\n%s\n", spans.size(), trace_path.c_str(),
               trace::summarize(spans).to_string().c_str());
-  return accuracy >= 0.97 ? 0 : 1;
+  // The accuracy gate holds for the full run; shorter runs (--epochs) only report.
+  return epochs < 12 || accuracy >= 0.97 ? 0 : 1;
 }
 
 }  // namespace af::apps
