@@ -343,3 +343,21 @@ TEST_CASE("conv2d gradients on random shapes and options are the adjoints of the
     CHECK(dot(w, *dw) == Approx(forward).epsilon(1e-10).margin(1e-10));
   }
 }
+
+TEST_CASE("max pooling's gradient goes to the first maximal cell of each window, tiled or not", "[cpu][pool]") {
+  // Ties everywhere: a 4x5 input of ones, 2 channels. Tiling 2x2 windows (the fast path) leave the
+  // last column in no window; overlapping 2x2 windows with stride 1 take the general path.
+  auto x = *af::tensor::full({1, 4, 5, 2}, 1.0, af::dtype::f32);
+  for (const auto& o : {af::pool_options{{2, 2}, {2, 2}, af::padding_mode::valid}, af::pool_options{{2, 2}, {1, 1}, af::padding_mode::valid}}) {
+    auto y = af::max_pool2d(x, o);
+    REQUIRE(y);
+    auto g = *af::tensor::full(y->shape(), 1.0, af::dtype::f32);
+    auto dx = af::max_pool2d_backprop(x, g, o);
+    REQUIRE(dx);
+    std::vector<double> want(40, 0.0);
+    for (int64_t i = 0; i < y->dim(1); ++i)
+      for (int64_t j = 0; j < y->dim(2); ++j)
+        for (int c = 0; c < 2; ++c) want[static_cast<std::size_t>(((i * o.strides[0]) * 5 + j * o.strides[1]) * 2 + c)] += 1;
+    CHECK(dx->to_vector<double>() == want);
+  }
+}

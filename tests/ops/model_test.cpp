@@ -306,3 +306,25 @@ TEST_CASE("the training step is traced once per batch shape", "[model]") {
   CHECK(m->train_traces() == 2);
   CHECK(m->updates_done() == 6);
 }
+
+TEST_CASE("batch normalization in a model moves its statistics when training and uses them when predicting", "[model]") {
+  auto m = nn::model::sequential(nn::input({3}, dtype::f32, "x"), {nn::batch_normalization({.momentum = 0.5, .name = "bn"})});
+  REQUIRE(m);
+  REQUIRE(m->compile({.optimizer = optimizers::optimizer::sgd({.learning_rate = 0.0}), .loss = {nn::mean_squared_error()}}));
+  auto x = f32({1, 2, 3, 3, 6, 9}, {2, 3});  // per-feature means 2, 4, 6; biased variances 1, 4, 9
+  REQUIRE(m->train_on_batch({x}, {tensor::zeros({2, 3}, dtype::f32).value()}));
+  REQUIRE(m->weights()[2].name == "bn/moving_mean");
+  CHECK_FALSE(m->weights()[2].trainable);
+  const auto mean = as_doubles(m->weight_values()[2]), var = as_doubles(m->weight_values()[3]);
+  const double want_mean[] = {1, 2, 3}, want_var[] = {1, 2.5, 5};  // 0.5 * initial + 0.5 * batch
+  for (int i = 0; i < 3; ++i) {
+    CHECK(mean[static_cast<std::size_t>(i)] == Approx(want_mean[i]));
+    CHECK(var[static_cast<std::size_t>(i)] == Approx(want_var[i]));
+  }
+  auto predicted = m->predict_on_batch({x});
+  REQUIRE(predicted);
+  const auto y = as_doubles((*predicted)[0]);
+  CHECK(y[0] == Approx((1 - 1) / std::sqrt(1 + 1e-3)));
+  CHECK(y[4] == Approx((6 - 2) / std::sqrt(2.5 + 1e-3)));
+  CHECK(m->summary().find("Non-trainable params: 6") != std::string::npos);
+}

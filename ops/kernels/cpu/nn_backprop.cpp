@@ -182,8 +182,51 @@ expected<void> filter_grad_of(const T* in, const T* g, T* df, const window_plan&
   return {};
 }
 
+/// Windows that tile the input (stride = window, no padding): every cell belongs to at most one
+/// window, so the gradient is written, not scattered, and each step runs over contiguous channels.
+bool windows_tile(const window_plan& p) {
+  return p.sh == p.kh && p.sw == p.kw && p.pad_top == 0 && p.pad_left == 0 && p.oh * p.kh <= p.h && p.ow * p.kw <= p.w;
+}
+
+/// Max-pool gradient for tiling windows: per channel, the first cell (row-major) holding the
+/// window's maximum takes the output gradient, as in the general path.
+template <class T>
+void tiled_max_pool_grad(const T* in, const T* g, T* dx, const window_plan& p) {
+  parallel_for(p.n * p.oh, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<T> best(static_cast<std::size_t>(p.cin)), open(best.size());
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / p.oh, y = r % p.oh;
+      for (int64_t x = 0; x < p.ow; ++x) {
+        const T* go = g + ((b * p.oh + y) * p.ow + x) * p.cin;
+        auto cell = [&](int64_t a, int64_t c) { return ((b * p.h + y * p.kh + a) * p.w + x * p.kw + c) * p.cin; };
+        std::copy_n(in + cell(0, 0), p.cin, best.data());
+        for (int64_t a = 0; a < p.kh; ++a)
+          for (int64_t c = 0; c < p.kw; ++c) {
+            const T* v = in + cell(a, c);
+            for (int64_t k = 0; k < p.cin; ++k) best[static_cast<std::size_t>(k)] = std::max(best[static_cast<std::size_t>(k)], v[k]);
+          }
+        std::fill(open.begin(), open.end(), T{1});  // 1 until a cell of this channel took the gradient
+        for (int64_t a = 0; a < p.kh; ++a)
+          for (int64_t c = 0; c < p.kw; ++c) {
+            const T* v = in + cell(a, c);
+            T* d = dx + cell(a, c);
+            for (int64_t k = 0; k < p.cin; ++k) {
+              const auto i = static_cast<std::size_t>(k);
+              const bool take = v[k] == best[i] && open[i] != T{0};
+              d[k] = take ? go[k] : T{0};
+              open[i] = take ? T{0} : open[i];
+            }
+          }
+      }
+    }
+  });
+}
+
 template <class T, bool is_max>
 void pool_grad(const T* in, const T* g, T* dx, const window_plan& p) {
+  if constexpr (is_max) {
+    if (windows_tile(p)) return tiled_max_pool_grad(in, g, dx, p);
+  }
   parallel_for(p.n, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> best_value(is_max ? static_cast<std::size_t>(p.cin) : 0);
     std::vector<int64_t> best_at(best_value.size());
