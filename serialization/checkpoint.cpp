@@ -16,6 +16,7 @@
 #include <system_error>
 
 #include "serialization/crc32c.hpp"
+#include "serialization/write_fully.hpp"
 
 namespace af::ckpt {
 
@@ -80,16 +81,7 @@ struct file_handle {
 };
 
 expected<void> write_all(int fd, const void* data, std::size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return os_error("cannot write", path);
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
+  if (!io::write_fully(fd, data, n)) return os_error("cannot write", path);
   return {};
 }
 

@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include "serialization/crc32c.hpp"
+#include "serialization/write_fully.hpp"
 
 namespace af {
 
@@ -116,15 +117,7 @@ struct tfrecord_writer::impl {
   }
 
   expected<void> write_all(const char* p, std::size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return os_error("cannot write", path);
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
-    }
+    if (!io::write_fully(fd, p, n)) return os_error("cannot write", path);
     return {};
   }
 

@@ -42,9 +42,8 @@ call_context::call_context(bool training, const std::vector<sym>* weights, const
 
 const sym& call_context::weight(int i) const { return weights_->at(static_cast<std::size_t>(first_weight_ + i)); }
 
-sym call_context::uniform(const sym& like, std::vector<int64_t> dims) {
+sym call_context::uniform(std::vector<int64_t> dims) {
   if (seed_ == nullptr) fail_trace(errc::invalid_argument, "random numbers asked for outside training", where_from::current());
-  (void)like;
   return stateless_random_uniform(*seed_, std::move(dims), ++salt_);
 }
 

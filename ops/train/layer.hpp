@@ -52,7 +52,7 @@ class call_context {
   /// This layer's weight `i` (add_weight order) as a traced value.
   const sym& weight(int i) const;
   /// Uniform [0, 1) noise of `dims`, new on every step (dropout). Calls differ by a salt.
-  sym uniform(const sym& like, std::vector<int64_t> dims);
+  sym uniform(std::vector<int64_t> dims);
   /// The value this layer's non-trainable weight `i` takes after the step (moving statistics).
   void assign(int i, const sym& value);
 

@@ -134,7 +134,7 @@ class dropout_layer final : public layer {
   std::vector<sym> call(const std::vector<sym>& in, call_context& ctx) const override {
     if (!ctx.training() || rate_ == 0) return {in[0]};
     const auto dims = in[0].dims();
-    auto noise = ctx.uniform(in[0], std::vector<int64_t>(dims.begin(), dims.end()));
+    auto noise = ctx.uniform(std::vector<int64_t>(dims.begin(), dims.end()));
     auto keep = af::less(noise, constant_like(noise, 1.0 - rate_));
     return {af::where(keep, in[0] * (1.0 / (1.0 - rate_)), constant_like(in[0], 0.0))};
   }

@@ -85,20 +85,35 @@ class embedding_layer final : public layer {
   embedding_options options_;
 };
 
-// -- LSTM ------------------------------------------------------------------------------------------
+// -- LSTM and GRU ----------------------------------------------------------------------------------
 
-class lstm_layer final : public layer {
+/// What LSTM and GRU share: the input check and the kernel [features, gates*units] and recurrent
+/// kernel [units, gates*units] (weights 0 and 1).
+class recurrent_layer : public layer {
  public:
-  lstm_layer(int64_t units, recurrent_options o)
-      : layer("LSTM", unique_layer_name("lstm", o.name)), units_(units), options_(std::move(o)) {}
+  recurrent_layer(std::string kind, const std::string& base, int64_t units, recurrent_options o)
+      : layer(std::move(kind), unique_layer_name(base, o.name)), units_(units), options_(std::move(o)) {}
 
-  expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
+ protected:
+  expected<void> add_kernels(const std::vector<value_spec>& in, int64_t gates) {
     AF_TRY(check_recurrent_input(in, units_, options_, [this](errc c, const std::string& w) { return fail(c, w); }));
     AF_TRY_ASSIGN(auto kernel_init, initializer_named(options_.kernel_initializer));
     AF_TRY_ASSIGN(auto recurrent_init, initializer_named(options_.recurrent_initializer));
-    const int64_t features = in[0].dims[1];
-    add_weight("kernel", {features, 4 * units_}, kernel_init);
-    add_weight("recurrent_kernel", {units_, 4 * units_}, recurrent_init);
+    add_weight("kernel", {in[0].dims[1], gates * units_}, kernel_init);
+    add_weight("recurrent_kernel", {units_, gates * units_}, recurrent_init);
+    return {};
+  }
+
+  int64_t units_;
+  recurrent_options options_;
+};
+
+class lstm_layer final : public recurrent_layer {
+ public:
+  lstm_layer(int64_t units, recurrent_options o) : recurrent_layer("LSTM", "lstm", units, std::move(o)) {}
+
+  expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
+    AF_TRY(add_kernels(in, 4));
     if (options_.use_bias) {
       initializer bias_init = zeros_initializer();
       if (options_.unit_forget_bias)  // gates i, f, c, o: ones for f, zeros elsewhere
@@ -136,26 +151,16 @@ class lstm_layer final : public layer {
     if (options_.return_sequences) return {af::stack(outputs, 1)};
     return {*h};
   }
-
- private:
-  int64_t units_;
-  recurrent_options options_;
 };
 
 // -- GRU -------------------------------------------------------------------------------------------
 
-class gru_layer final : public layer {
+class gru_layer final : public recurrent_layer {
  public:
-  gru_layer(int64_t units, recurrent_options o)
-      : layer("GRU", unique_layer_name("gru", o.name)), units_(units), options_(std::move(o)) {}
+  gru_layer(int64_t units, recurrent_options o) : recurrent_layer("GRU", "gru", units, std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
-    AF_TRY(check_recurrent_input(in, units_, options_, [this](errc c, const std::string& w) { return fail(c, w); }));
-    AF_TRY_ASSIGN(auto kernel_init, initializer_named(options_.kernel_initializer));
-    AF_TRY_ASSIGN(auto recurrent_init, initializer_named(options_.recurrent_initializer));
-    const int64_t features = in[0].dims[1];
-    add_weight("kernel", {features, 3 * units_}, kernel_init);
-    add_weight("recurrent_kernel", {units_, 3 * units_}, recurrent_init);
+    AF_TRY(add_kernels(in, 3));
     if (options_.use_bias) {
       if (options_.reset_after)
         add_weight("bias", {2, 3 * units_}, zeros_initializer());  // row 0: input bias, row 1: recurrent
@@ -213,10 +218,6 @@ class gru_layer final : public layer {
     if (options_.return_sequences) return {af::stack(outputs, 1)};
     return {*h};
   }
-
- private:
-  int64_t units_;
-  recurrent_options options_;
 };
 
 }  // namespace
