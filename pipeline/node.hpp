@@ -71,6 +71,10 @@ struct node {
   /// a factory of generators of this node's elements. A nested run of such a node (an interleave
   /// child, a repeat epoch) then costs no actors and no thread hand-off. Null for other nodes.
   virtual generator_factory inline_source(const build_context&) const { return nullptr; }
+  /// This node followed by batch(size, drop_remainder) as one node, when the node can make whole
+  /// batches more cheaply than a batch stage stacking its elements (slices of in-memory columns
+  /// are views of consecutive rows); null otherwise.
+  virtual std::shared_ptr<const node> batched(std::size_t /*size*/, bool /*drop_remainder*/) const { return nullptr; }
 };
 
 /// A source node: its stage runs the generators of inline_source().

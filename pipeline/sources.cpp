@@ -33,24 +33,47 @@ struct range_node final : source_node {
   }
 };
 
+/// Rows of in-memory columns: one row per element, or (after a fused batch) `batch` consecutive
+/// rows per element as views, with no copy and one message per batch.
 struct slices_node final : source_node {
   element columns;
-  explicit slices_node(element c) : columns(std::move(c)) {}
+  int64_t batch = 0;  // 0: unbatched
+  bool drop_remainder = false;
+  explicit slices_node(element c, int64_t b = 0, bool drop = false) : columns(std::move(c)), batch(b), drop_remainder(drop) {}
   std::string label() const override {
     std::string names;
     for (const auto& f : columns.fields) names += (names.empty() ? "" : ", ") + f.name;
-    return "from_tensor_slices(" + names + ")";
+    std::string out = "from_tensor_slices(" + names + ")";
+    if (batch > 0) out += ".batch(" + std::to_string(batch) + (drop_remainder ? ", drop_remainder" : "") + ")";
+    return out;
   }
-  std::string stage_name() const override { return "from_tensor_slices"; }
+  std::string stage_name() const override { return batch > 0 ? "from_tensor_slices.batch" : "from_tensor_slices"; }
+  std::shared_ptr<const node> batched(std::size_t size, bool drop) const override {
+    if (batch > 0 || size == 0) return nullptr;
+    return std::make_shared<slices_node>(columns, static_cast<int64_t>(size), drop);
+  }
   generator_factory inline_source(const build_context&) const override {
-    return [cols = columns] {
-      return generator_fn{[cols, row = int64_t{0}]() mutable -> expected<std::optional<element>> {
+    return [cols = columns, per = batch, drop = drop_remainder] {
+      return generator_fn{[cols, per, drop, row = int64_t{0}]() mutable -> expected<std::optional<element>> {
         auto rows = leading_size(cols);
         if (!rows) return make_error(rows.error_value().code, "from_tensor_slices: " + rows.error_value().message);
         if (row >= *rows) return std::optional<element>{};
-        auto e = slice_row(cols, row++);
-        if (!e) return e.error_value();
-        return std::optional<element>{std::move(*e)};
+        if (per == 0) {
+          auto e = slice_row(cols, row++);
+          if (!e) return e.error_value();
+          return std::optional<element>{std::move(*e)};
+        }
+        const int64_t end = std::min(row + per, *rows);
+        if (drop && end - row < per) return std::optional<element>{};
+        element e;
+        e.origin = cols.origin;
+        for (const auto& f : cols.fields) {
+          auto rows_view = f.value.slice(0, row, end);
+          if (!rows_view) return rows_view.error_value();
+          e.fields.push_back({f.name, std::move(*rows_view)});
+        }
+        row = end;
+        return std::optional<element>{std::move(e)};
       }};
     };
   }

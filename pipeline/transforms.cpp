@@ -375,6 +375,7 @@ dataset dataset::shuffle(std::size_t buffer, std::optional<uint64_t> seed, bool 
   return dataset{std::make_shared<shuffle_node>(root_, buffer, seed, reshuffle_each_iteration)};
 }
 dataset dataset::batch(std::size_t size, bool drop_remainder) const {
+  if (auto fused = root_->batched(size, drop_remainder)) return dataset{std::move(fused)};
   return dataset{std::make_shared<batch_node>(root_, size, drop_remainder, std::nullopt, 0.0)};
 }
 dataset dataset::padded_batch(std::size_t size, padded_shapes shapes, double padding_value, bool drop_remainder) const {

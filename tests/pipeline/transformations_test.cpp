@@ -374,3 +374,32 @@ TEST_CASE("an actor-side sink attaches to a dataset's pipeline", "[pipeline]") {
   std::sort(got.begin(), got.end());
   CHECK(got == iota(0, 100));
 }
+
+TEST_CASE("batching slices of in-memory columns gives views equal to stacked rows, and resumes", "[pipeline]") {
+  runtime rt{test_runtime_options()};
+  std::vector<float> xs(10 * 3);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i);
+  element columns{{"x", tensor::from_vector(xs, {10, 3})}, {"value", tensor::from_vector<int64_t>(iota(0, 10))}};
+  auto slices = dataset::from_tensor_slices(columns);
+  for (bool drop : {false, true}) {
+    const auto fused = slices.batch(4, drop);
+    const auto stacked = slices.map([](element e) -> expected<element> { return e; }).batch(4, drop);
+    CHECK(fused.to_dot().find("from_tensor_slices(x, value).batch(4") != std::string::npos);
+    auto a = drain(rt, fused), b = drain(rt, stacked);
+    REQUIRE(a.size() == (drop ? 2u : 3u));
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].find("x")->shape() == b[i].find("x")->shape());
+      CHECK(a[i].find("x")->to_vector<float>() == b[i].find("x")->to_vector<float>());
+      CHECK(a[i].find("value")->to_vector<int64_t>() == b[i].find("value")->to_vector<int64_t>());
+    }
+  }
+  auto it = slices.batch(4).iterate(rt);
+  REQUIRE(it.next());
+  auto resumed = slices.batch(4).resume(rt, it.save());
+  REQUIRE(resumed);
+  auto next = resumed->next();
+  REQUIRE(next);
+  REQUIRE(next->has_value());
+  CHECK((*next)->find("value")->to_vector<int64_t>() == std::vector<int64_t>{4, 5, 6, 7});
+}
