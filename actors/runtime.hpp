@@ -28,7 +28,7 @@ struct runtime_options {
   int heartbeat_interval_ms = 0;
   int connection_timeout_ms = 0;
   /// Idle workers look for work every 10 us and try to steal at every look (CAF's defaults: every
-  /// 50 us, stealing at every 5th), for ~5 ms before they fall back to 10 ms naps. On 2 cores an
+  /// 50 us, stealing at every 5th), for ~0.5 ms before they fall back to 10 ms naps. On 2 cores an
   /// input pipeline keeps both busy only this way: with CAF's defaults the second worker finds
   /// the first one's queued actors ~0.25 ms late, and the pipeline ran at 0.75 of a hand-written
   /// loop instead of ~0.9. Off under sanitizers, where instrumented polling takes the CPU that

@@ -175,8 +175,8 @@ timing time_model(af::nn::model m, const tensor& x, const tensor& y, const af::o
 // fit over an in-memory dataset (slices -> batch -> prefetch, through the pipeline's actors) against
 // the same train_on_batch calls in a plain loop over the same batches: what feeding by the pipeline
 // costs per epoch. Returns {fit seconds, loop seconds}, medians of `reps` epochs each, alternated.
-std::pair<double, double> time_fit_vs_loop(const tensor& x, const tensor& y, int64_t batch, int reps) {
-  af::runtime rt;
+std::pair<double, double> time_fit_vs_loop(const tensor& x, const tensor& y, int64_t batch, int reps, bool eager) {
+  af::runtime rt{{.eager_stealing = eager}};
   const auto ds = af::data::dataset::from_tensor_slices({{"x", x}, {"label", y}}).batch(static_cast<std::size_t>(batch)).prefetch(2);
   std::vector<tensor> xs, ys;
   for (int64_t r = 0; r + batch <= x.dim(0); r += batch) {
@@ -225,7 +225,8 @@ int main(int argc, char** argv) {
   double fit_s = 0, loop_s = 0;
   if (run_mlp) {
     const int64_t n = 256 * (quick ? 8 : 20);
-    std::tie(fit_s, loop_s) = time_fit_vs_loop(ok(af::random_uniform({n, 784}, 5), "fit input"), labels_for(n, 6), 256, quick ? 3 : 5);
+    const bool eager = !af::bench::has_flag(argc, argv, "--lazy");
+    std::tie(fit_s, loop_s) = time_fit_vs_loop(ok(af::random_uniform({n, 784}, 5), "fit input"), labels_for(n, 6), 256, quick ? 3 : 5, eager);
     std::printf("fit of one MLP epoch (%lld batches) through the pipeline: %.1f ms; the same steps in a plain loop: %.1f ms (x%.3f)\n",
                 static_cast<long long>(n / 256), 1e3 * fit_s, 1e3 * loop_s, fit_s / loop_s);
   }
