@@ -8,9 +8,10 @@
 // bench/torch_train_reference.py times the same two models in PyTorch. A third figure: one epoch of
 // fit (batches fed by the pipeline's actors) against the same steps in a plain loop.
 //
-//   build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only]   (the flags are for profiling)
+//   build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only] [--lazy]
+// (--mlp-only/--cnn-only are for profiling; --lazy runs fit with CAF's own idle polling)
 // Last line: one JSON object (mlp_step_ms, cnn_step_ms, their min and max, the hand-traced
-// baselines and the ratios, traces).
+// baselines and the ratios, the fit epoch against the loop, traces).
 
 #include <cstdio>
 #include <cstdlib>
