@@ -166,19 +166,40 @@ std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vecto
 constexpr int64_t chunk = 512;  // elements per step loop: every value of a chunk stays in L1
 constexpr int64_t prefetch_chunks = 4;  // how far ahead the inputs are prefetched (into L2)
 
+/// Whether `t` is the trailing dims of `dims` (leading 1s aside), contiguous, with a period that
+/// divides the chunk: then every chunk sees the same values, tiled once per task.
+bool repeats_per_chunk(const tensor& t, const shape& dims) {
+  if (!t.is_contiguous() || t.numel() <= 1 || chunk % t.numel() != 0) return false;
+  const auto& s = t.shape();
+  std::size_t lead = 0;
+  while (lead < s.size() && s[lead] == 1) ++lead;
+  const std::size_t rank = s.size() - lead;
+  if (rank > dims.size()) return false;
+  for (std::size_t k = 0; k < rank; ++k)
+    if (s[lead + k] != dims[dims.size() - rank + k]) return false;
+  return true;
+}
+
 template <class T>
 expected<void> run_typed(const fused_program& p, const std::vector<code>& codes, const std::vector<tensor>& in,
                          tensor& out) {
   const std::size_t n_inputs = in.size();
-  // Inputs are either full (contiguous, output shape) or a single value repeated.
-  std::vector<const T*> full(n_inputs, nullptr);
+  // Inputs are full (contiguous, output shape), a single value repeated, or periodic: the
+  // output's trailing dims (a bias over channels), whose period divides the chunk, so that one
+  // tiled chunk serves every chunk.
+  std::vector<const T*> full(n_inputs, nullptr), periodic(n_inputs, nullptr);
   std::vector<T> single(n_inputs, T(0));
-  for (std::size_t i = 0; i < n_inputs; ++i) {
-    if (in[i].numel() == 1 && out.numel() != 1) single[i] = in[i].data<T>()[0];
-    else full[i] = in[i].data<T>();
-  }
   std::vector<bool> is_single(n_inputs + p.steps.size(), false);
-  for (std::size_t i = 0; i < n_inputs; ++i) is_single[i] = full[i] == nullptr;
+  for (std::size_t i = 0; i < n_inputs; ++i) {
+    if (in[i].numel() == 1 && out.numel() != 1) {
+      single[i] = in[i].data<T>()[0];
+      is_single[i] = true;
+    } else if (in[i].numel() != out.numel()) {
+      periodic[i] = in[i].data<T>();
+    } else {
+      full[i] = in[i].data<T>();
+    }
+  }
   const auto plan = plan_steps<T>(p, codes, is_single, single);
   T* result = out.data<T>();
   const int64_t total = out.numel();
@@ -190,8 +211,11 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
     std::vector<T> scratch(static_cast<std::size_t>((n_inputs + plan.size()) * chunk) + 64 / sizeof(T));
     T* const aligned = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(scratch.data()) + 63) & ~std::uintptr_t{63});
     auto buffer = [&](std::size_t v) { return aligned + v * chunk; };
-    for (std::size_t i = 0; i < n_inputs; ++i)
-      if (!full[i]) std::fill_n(buffer(i), chunk, single[i]);
+    for (std::size_t i = 0; i < n_inputs; ++i) {
+      if (is_single[i]) std::fill_n(buffer(i), chunk, single[i]);
+      if (periodic[i])
+        for (int64_t at = 0, period = in[i].numel(); at < chunk; at += period) std::copy_n(periodic[i], period, buffer(i) + at);
+    }
     std::vector<const T*> value(n_inputs + plan.size());
     for (int64_t c = first; c < last; ++c) {
       const int64_t begin = c * chunk;
@@ -258,7 +282,7 @@ expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>
   // Inputs that are neither the output's shape nor a single value are broadcast into place first.
   std::vector<tensor> ready;
   for (const auto& t : inputs) {
-    if (t.numel() == 1 || (t.shape() == dims && t.is_contiguous())) {
+    if (t.numel() == 1 || (t.shape() == dims && t.is_contiguous()) || repeats_per_chunk(t, dims)) {
       ready.push_back(t);
       continue;
     }

@@ -112,7 +112,9 @@ std::vector<std::optional<node_id>> input_gradients(emitter& e, const node& n, n
   }
   if (op == "neg") return {e.neg(g)};
   if (op == "abs") return {e.where(e.op("less", {in[0], e.scalar(0, t)}), e.neg(g), g)};
-  if (op == "relu") return {e.where(e.op("greater", {in[0], e.scalar(0, t)}), g, e.scalar(0, t))};
+  // From the output (y > 0 exactly where x > 0): the input then often has no other use, and a bias add
+  // before the ReLU fuses into its loop instead of being written out for the backward pass.
+  if (op == "relu") return {e.where(e.op("greater", {self, e.scalar(0, t)}), g, e.scalar(0, t))};
   if (op == "exp") return {e.mul(g, self)};
   if (op == "log") return {e.div(g, in[0])};
   if (op == "sqrt") return {e.div(e.mul(g, 0.5), self)};

@@ -187,3 +187,22 @@ TEST_CASE("a fused kernel writes into an input it reads for the last time", "[gr
   CHECK(copied->raw_data() != kept.raw_data());
   check_close(*copied, *in_place, 0, 0);
 }
+
+TEST_CASE("a fused kernel reads a bias over the trailing dims without broadcasting it first", "[graph][passes]") {
+  // relu(x + b) * 2 with b over the last one or two dims (periods dividing the chunk, read as
+  // tiles) and over 48 channels (not dividing it: broadcast into place first); both equal the
+  // unfused graph.
+  for (const af::shape& bias_dims : {af::shape{32}, af::shape{7, 32}, af::shape{1, 32}, af::shape{48}}) {
+    const af::shape x_dims{3, 5, 7, bias_dims.back()};
+    function fn{[](const syms& in) { return syms{relu(in[0] + in[1]) * 2.0}; }};
+    auto c = fn.concrete({{dtype::f32, x_dims}, {dtype::f32, bias_dims}});
+    REQUIRE(c);
+    REQUIRE((*c)->optimized.count("fused") == 1);
+    const auto x = random_tensor(x_dims, 3), b = random_tensor(bias_dims, 4);
+    auto out = interpret((*c)->optimized, {x, b});
+    auto reference = interpret((*c)->traced, {x, b});
+    REQUIRE(out);
+    REQUIRE(reference);
+    check_close(out->front(), reference->front(), 1e-6, 1e-7, af::to_string(bias_dims));
+  }
+}
