@@ -185,6 +185,9 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
       AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
       progress.update(ctx.batch_in_epoch, samples, running);
     }
+    if (ctx.batch_in_epoch == 0)
+      return make_error(errc::invalid_argument, "fit: epoch " + std::to_string(epoch + 1) + "/" + std::to_string(options.epochs) +
+                                                    ": the training dataset gave no batches");
     if (batches_per_epoch == 0 && static_cast<int64_t>(start.consumed) == 0) batches_per_epoch = ctx.batch_in_epoch;
     logs epoch_logs = figures.values();
     if (options.validation_data) {

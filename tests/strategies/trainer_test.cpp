@@ -174,6 +174,12 @@ TEST_CASE("fit stops on a bad batch naming the epoch, the batch and the problem"
     REQUIRE_FALSE(r);
     CHECK(r.error_value().message.find("no field 'label' for a target (it has: x, y)") != std::string::npos);
   }
+  SECTION("an empty dataset") {
+    auto ds = data::dataset::from_tensor_slices({{"x", x}, {"label", tensor::zeros({12}, dtype::i64).value()}}).take(0).batch(4);
+    auto r = train::fit(rt, m, ds, {.epochs = 2, .verbose = train::verbosity::silent});
+    REQUIRE_FALSE(r);
+    CHECK(r.error_value().message == "fit: epoch 1/2: the training dataset gave no batches");
+  }
   SECTION("a NaN loss") {
     auto bad = x.contiguous().value();
     bad.data<float>()[4 * 9] = std::nanf("");
