@@ -49,12 +49,16 @@ int main(int argc, char** argv) {
     std::vector<double> ours, blas;
     const double flops = 2.0 * s.m * s.k * s.n;
     (void)matmul(a, b);  // warm-up: the allocator caches the output buffer, BLAS spins up its threads
+    openblas_set_num_threads(threads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, pa, s.k, pb, s.n, 0.0f, pc, s.n);
     for (int r = 0; r < gemm_reps; ++r) {
       ours.push_back(bench::seconds_of([&] {
         auto out = matmul(a, b);
         if (!out) std::abort();
       }));
+      // Our matmul keeps OpenBLAS single-threaded but for GEMMs large on every side
+      // (ops/kernels/cpu/gemm.hpp): the baseline gets its threads back before each run.
+      openblas_set_num_threads(threads);
       blas.push_back(bench::seconds_of([&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.m, s.n, s.k, 1.0f, pa, s.k, pb, s.n, 0.0f, pc, s.n);
       }));

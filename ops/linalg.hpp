@@ -19,8 +19,9 @@ namespace af {
 /// invalid_argument (undefined or rank-0 operands), unsupported (not on the CPU).
 expected<tensor> matmul(const tensor& a, const tensor& b, bool transpose_a = false, bool transpose_b = false);
 
-/// Points OpenBLAS at thread_budget() threads. Costs one atomic load when the budget is unchanged,
-/// so BLAS-calling kernels call it before every BLAS call.
+/// Keeps OpenBLAS single-threaded: our GEMM entry (ops/kernels/cpu/gemm.hpp) splits the work over
+/// thread_budget() threads itself. One call into OpenBLAS when nothing changed, so BLAS-calling
+/// kernels call it before every BLAS call.
 void sync_blas_threads() noexcept;
 
 /// The kernels OpenBLAS runs ("SkylakeX", "Haswell", ...; "unknown" for another BLAS). Where

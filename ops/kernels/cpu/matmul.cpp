@@ -8,6 +8,7 @@
 
 #include <cblas.h>
 
+#include "ops/kernels/cpu/gemm.hpp"
 #include "ops/linalg.hpp"
 #include "ops/parallel.hpp"
 
@@ -68,18 +69,10 @@ std::vector<int64_t> batch_offsets(const tensor& t, const shape& batch) {
   return offsets;
 }
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda),
-              b, static_cast<int>(ldb), 0.0f, c, static_cast<int>(ldc));
-}
-
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), 0.0, c, static_cast<int>(ldc));
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+          int64_t ldc) {
+  cpu::gemm(ta, tb, m, n, k, a, lda, b, ldb, T(0), c, ldc);
 }
 
 // `a` [..., M, K] and `b` [..., K, N] with transposes already applied as views; `out` contiguous
@@ -100,7 +93,6 @@ expected<void> blas_matmul(tensor a, tensor b, tensor& out, const shape& batch) 
   const T* pa = a.template data<T>();
   const T* pb = b.template data<T>();
   T* pc = out.template data<T>();
-  sync_blas_threads();
   if (batch.empty()) {  // plain 2-D: no offset tables, since small GEMMs feel every allocation
     gemm(la.trans, lb.trans, m, n, k, pa, la.ld, pb, lb.ld, pc, n);
     return {};
@@ -198,9 +190,9 @@ tensor as_matrices(const tensor& t, bool left, bool transpose) {
 void sync_blas_threads() noexcept {
   static const std::string core = blas_core_name();  // links blas_core.cpp, whose start-up check runs first
   (void)core;
-  static std::atomic<int> applied{0};
-  const int want = thread_budget();
-  if (applied.exchange(want, std::memory_order_relaxed) != want) openblas_set_num_threads(want);
+  // Our pool runs the shares of each GEMM (ops/kernels/cpu/gemm.hpp): OpenBLAS runs one thread.
+  // Checked each time: a program may have set OpenBLAS's threads itself since.
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
 expected<tensor> matmul(const tensor& a, const tensor& b, bool transpose_a, bool transpose_b) {

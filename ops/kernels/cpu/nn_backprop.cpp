@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <cblas.h>
 
+#include "ops/kernels/cpu/gemm.hpp"
 #include "ops/kernels/cpu/im2col.hpp"
 #include "ops/linalg.hpp"
 #include "ops/nn.hpp"
@@ -104,18 +104,7 @@ void filter_grad(const T* in, const T* g, T* df, const window_plan& p) {
 }
 
 // Row-major C = op(A) · op(B) + beta C for float and double.
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-}
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-}
+using cpu::gemm;
 
 // Output pixels per chunk of the patch matrix: whole images (col2im runs images in parallel),
 // about 8 MiB of patches, at least one image.
@@ -143,7 +132,6 @@ expected<void> filter_grad_gemm(const T* in, const T* g, T* df, const window_pla
   const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p);
   return for_each_patch_chunk<T>(p, type, [&](T* col, int64_t r0, int64_t rows) {
     cpu::im2col(in, col, p, r0, rows);
-    sync_blas_threads();
     for (int64_t gi = 0; gi < p.groups; ++gi)
       gemm(true, false, k, p.coutg, rows, col + gi * k, lda, g + r0 * p.cout + gi * p.coutg, p.cout, T(1),
            df + gi * p.coutg, p.cout);
@@ -155,7 +143,6 @@ template <class T>
 expected<void> input_grad_gemm(const T* g, const T* f, T* dx, const window_plan& p, dtype type) {
   const int64_t k = p.kh * p.kw * p.cg, lda = cpu::patch_row(p);
   return for_each_patch_chunk<T>(p, type, [&](T* col, int64_t r0, int64_t rows) {
-    sync_blas_threads();
     for (int64_t gi = 0; gi < p.groups; ++gi)
       gemm(false, true, rows, k, p.coutg, g + r0 * p.cout + gi * p.coutg, p.cout, f + gi * p.coutg, p.cout, T(0),
            col + gi * k, lda);
@@ -175,8 +162,75 @@ expected<void> input_grad_of(const T* g, const T* f, T* dx, const window_plan& p
   return {};
 }
 
+// Few input channels per window (an RGB first layer): the GEMM would be [27 x rows] x [rows x cout]
+// with tiny M and N. Each fixed block of output rows accumulates its own [taps, cout] sums, inner
+// loop over contiguous output channels, and the blocks are added in order (the same result on every
+// run, whatever thread ran which block).
+constexpr int64_t direct_window_limit = 32;
+
+template <class T>
+void filter_grad_small_window(const T* in, const T* g, T* df, const window_plan& p) {
+  constexpr int64_t lanes = 32;   // output channels whose sums stay in registers
+  constexpr int64_t pixels = 64;  // patches gathered at once (the window values of one row strip)
+  const int64_t taps = p.kh * p.kw * p.cin, size = taps * p.cout;
+  const int64_t rows = p.n * p.oh;
+  const int64_t blocks = std::min<int64_t>(rows, 16);
+  std::vector<T> sums(static_cast<std::size_t>(blocks * size), T{0});
+  parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+    std::vector<T> patch(static_cast<std::size_t>(pixels * taps));
+    for (int64_t block = first; block < last; ++block) {
+      T* acc_all = sums.data() + block * size;
+      for (int64_t row = block * rows / blocks; row < (block + 1) * rows / blocks; ++row) {
+        const int64_t b = row / p.oh, y = row % p.oh;
+        for (int64_t x0 = 0; x0 < p.ow; x0 += pixels) {
+          const int64_t count = std::min(pixels, p.ow - x0);
+          // The windows of `count` pixels, one row of `taps` values each (zeros where padded).
+          for (int64_t q = 0; q < count; ++q) {
+            T* dst = patch.data() + q * taps;
+            for (int64_t i = 0; i < p.kh; ++i) {
+              const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
+              for (int64_t j = 0; j < p.kw; ++j, dst += p.cin) {
+                const int64_t iw = (x0 + q) * p.sw - p.pad_left + j * p.dw;
+                if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) std::fill_n(dst, p.cin, T{0});
+                else std::copy_n(in + ((b * p.h + ih) * p.w + iw) * p.cin, p.cin, dst);
+              }
+            }
+          }
+          const T* go = g + (row * p.ow + x0) * p.cout;
+          for (int64_t r = 0; r < taps; ++r)
+            for (int64_t k0 = 0; k0 < p.cout; k0 += lanes) {
+              const int64_t kn = std::min(lanes, p.cout - k0);
+              T* a = acc_all + r * p.cout + k0;
+              if (kn == lanes) {
+                T acc[lanes];
+                std::copy_n(a, lanes, acc);
+                for (int64_t q = 0; q < count; ++q) {
+                  const T v = patch[static_cast<std::size_t>(q * taps + r)];
+                  const T* gr = go + q * p.cout + k0;
+                  for (int64_t k = 0; k < lanes; ++k) acc[k] += v * gr[k];
+                }
+                std::copy_n(acc, lanes, a);
+              } else {
+                for (int64_t q = 0; q < count; ++q) {
+                  const T v = patch[static_cast<std::size_t>(q * taps + r)];
+                  for (int64_t k = 0; k < kn; ++k) a[k] += v * go[q * p.cout + k0 + k];
+                }
+              }
+            }
+        }
+      }
+    }
+  });
+  for (int64_t block = 0; block < blocks; ++block)
+    for (int64_t k = 0; k < size; ++k) df[k] += sums[static_cast<std::size_t>(block * size + k)];
+}
+
 template <class T>
 expected<void> filter_grad_of(const T* in, const T* g, T* df, const window_plan& p, dtype type) {
+  if (p.groups == 1 && p.kh * p.kw * p.cin <= direct_window_limit && (p.kh > 1 || p.kw > 1) && p.n * p.oh > 0) {
+    filter_grad_small_window(in, g, df, p);
+    return {};
+  }
   if (gemm_worthwhile(p)) return filter_grad_gemm(in, g, df, p, type);
   filter_grad(in, g, df, p);
   return {};
