@@ -23,11 +23,7 @@ class actorflow_config : public caf::actor_system_config {
     if (options.eager_stealing) {
       set("work-stealing.moderate-steal-interval", size_t{1});
       set("work-stealing.moderate-sleep-duration", caf::timespan{std::chrono::microseconds{10}});
-      // ~0.5 ms of such polling after the last work instead of CAF's 500 attempts (~5 ms): a
-      // trainer's pipeline hands over one batch per step, and 5 ms of polling after each took a
-      // core from the step's kernels (fit 1.7-2.1x the time of the same steps in a loop on 2
-      // cores; 1.1x with 50 attempts), while a busy pipeline never idles that long.
-      set("work-stealing.moderate-poll-attempts", size_t{50});
+      set("work-stealing.moderate-poll-attempts", static_cast<size_t>(std::max(1, options.idle_polls)));
     }
     if (!options.caf_args.empty()) parse(options.caf_args);
     const int threads = options.scheduler_threads > 0

@@ -28,12 +28,19 @@ struct runtime_options {
   int heartbeat_interval_ms = 0;
   int connection_timeout_ms = 0;
   /// Idle workers look for work every 10 us and try to steal at every look (CAF's defaults: every
-  /// 50 us, stealing at every 5th), for ~0.5 ms before they fall back to 10 ms naps. On 2 cores an
+  /// 50 us, stealing at every 5th), `idle_polls` times before they fall back to 10 ms naps. On 2 cores an
   /// input pipeline keeps both busy only this way: with CAF's defaults the second worker finds
   /// the first one's queued actors ~0.25 ms late, and the pipeline ran at 0.75 of a hand-written
   /// loop instead of ~0.9. Off under sanitizers, where instrumented polling takes the CPU that
   /// timed tests measure. `caf_args` override either choice.
   bool eager_stealing = default_eager_stealing;
+  /// How many times an idle worker looks (every 10 us, with eager stealing) before it naps. 500
+  /// (~5 ms) keeps a busy input pipeline's workers from ever napping (bench_pipeline: 0.80 of a
+  /// hand-written loop; 0.71 with 50). A trainer fed by a pipeline on few cores wants 50: the
+  /// pipeline hands over one batch per step, and ~5 ms of polling after each takes a core from the
+  /// step's kernels (a fit epoch took 1.4-2.1x the same steps in a plain loop on 2 cores; ~1.1x
+  /// with 50).
+  int idle_polls = 500;
   /// Further CAF options in command-line form ("--scheduler.policy=sharing").
   std::vector<std::string> caf_args;
 };

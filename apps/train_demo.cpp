@@ -52,7 +52,7 @@ int run_demo(int argc, char** argv) {
   }
   if (auto ok = ensure_digits(dir); !ok) return fail("data", ok.error_value());
 
-  runtime rt;
+  runtime rt{{.idle_polls = 50}};  // a trainer: idle workers nap soon (actors/runtime.hpp)
   auto train_set = train::digits_dataset(dir + "/train.tfrecord", 32, /*shuffle=*/true);
   auto test_set = train::digits_dataset(dir + "/test.tfrecord", 128, /*shuffle=*/false);
   auto model = train::digits_cnn(/*seed=*/1);

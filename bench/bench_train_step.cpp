@@ -8,8 +8,9 @@
 // bench/torch_train_reference.py times the same two models in PyTorch. A third figure: one epoch of
 // fit (batches fed by the pipeline's actors) against the same steps in a plain loop.
 //
-//   build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only] [--lazy]
-// (--mlp-only/--cnn-only are for profiling; --lazy runs fit with CAF's own idle polling)
+//   build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only] [--lazy] [--pipeline-polls]
+// (--mlp-only/--cnn-only are for profiling; fit runs with runtime_options{.idle_polls = 50}, a
+// trainer's setting: --pipeline-polls uses the default of 500, --lazy CAF's own idle polling)
 // Last line: one JSON object (mlp_step_ms, cnn_step_ms, their min and max, the hand-traced
 // baselines and the ratios, the fit epoch against the loop, traces).
 
@@ -176,8 +177,9 @@ timing time_model(af::nn::model m, const tensor& x, const tensor& y, const af::o
 // fit over an in-memory dataset (slices -> batch -> prefetch, through the pipeline's actors) against
 // the same train_on_batch calls in a plain loop over the same batches: what feeding by the pipeline
 // costs per epoch. Returns {fit seconds, loop seconds}, medians of `reps` epochs each, alternated.
-std::pair<double, double> time_fit_vs_loop(const tensor& x, const tensor& y, int64_t batch, int reps, bool eager) {
-  af::runtime rt{{.eager_stealing = eager}};
+std::pair<double, double> time_fit_vs_loop(const tensor& x, const tensor& y, int64_t batch, int reps, bool eager,
+                                           int idle_polls) {
+  af::runtime rt{{.eager_stealing = eager, .idle_polls = idle_polls}};
   const auto ds = af::data::dataset::from_tensor_slices({{"x", x}, {"label", y}}).batch(static_cast<std::size_t>(batch)).prefetch(2);
   std::vector<tensor> xs, ys;
   for (int64_t r = 0; r + batch <= x.dim(0); r += batch) {
@@ -227,7 +229,9 @@ int main(int argc, char** argv) {
   if (run_mlp) {
     const int64_t n = 256 * (quick ? 8 : 20);
     const bool eager = !af::bench::has_flag(argc, argv, "--lazy");
-    std::tie(fit_s, loop_s) = time_fit_vs_loop(ok(af::random_uniform({n, 784}, 5), "fit input"), labels_for(n, 6), 256, quick ? 3 : 5, eager);
+    // A trainer's setting (actors/runtime.hpp); --pipeline-polls measures the default instead.
+    const int idle_polls = af::bench::has_flag(argc, argv, "--pipeline-polls") ? af::runtime_options{}.idle_polls : 50;
+    std::tie(fit_s, loop_s) = time_fit_vs_loop(ok(af::random_uniform({n, 784}, 5), "fit input"), labels_for(n, 6), 256, quick ? 3 : 5, eager, idle_polls);
     std::printf("fit of one MLP epoch (%lld batches) through the pipeline: %.1f ms; the same steps in a plain loop: %.1f ms (x%.3f)\n",
                 static_cast<long long>(n / 256), 1e3 * fit_s, 1e3 * loop_s, fit_s / loop_s);
   }

@@ -14,7 +14,7 @@
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "data/digits";
-  af::runtime rt;
+  af::runtime rt{{.idle_polls = 50}};  // training on few cores: idle workers nap soon
   auto train = af::train::digits_dataset(dir + "/train.tfrecord", 32, /*shuffle=*/true);
   auto test = af::train::digits_dataset(dir + "/test.tfrecord", 128, /*shuffle=*/false);
 
