@@ -1,7 +1,7 @@
 #pragma once
 
 // The per-epoch progress display of fit and evaluate: a bar redrawn in place on a terminal
-// ("12/45 [=====>......] - ETA: 3s - loss: 0.4123 - accuracy: 0.8812 - 9,512 samples/s"),
+// ("12/45 [=====>......] - ETA: 3s - loss: 0.4123 - accuracy: 0.8812 - 9512 samples/s"),
 // one plain line per epoch otherwise.
 
 #include <chrono>
