@@ -131,6 +131,22 @@ std::pair<sym, std::vector<sym>> total_loss(const model::impl& m, const std::vec
   return {*total, each};
 }
 
+/// The leading step arguments of a batch the model can take: inputs, then targets as the losses
+/// compute them. Errors name what does not fit; nothing has run yet.
+expected<std::vector<tensor>> checked_batch(const model::impl& m, const std::vector<tensor>& inputs,
+                                            const std::vector<tensor>& targets, const char* doing) {
+  if (!m.compiled) {
+    std::string what = "model '" + m.name + "': compile it before ";
+    what += doing;
+    return make_error(errc::invalid_argument, what);
+  }
+  AF_TRY_ASSIGN(auto batch, check_inputs(m, inputs));
+  AF_TRY(check_targets(m, targets, batch));
+  std::vector<tensor> args = inputs;
+  for (auto& y : loss_ready(m, targets)) args.push_back(std::move(y));
+  return args;
+}
+
 expected<batch_result> unpack(const model::impl& m, std::vector<tensor>& out) {
   batch_result r;
   const std::size_t outputs = m.outputs.size();
@@ -224,11 +240,7 @@ int64_t model::train_traces() const { return impl_->train_step ? impl_->train_st
 
 expected<batch_result> model::train_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets, uint64_t seed) {
   auto& m = *impl_;
-  if (!m.compiled) return make_error(errc::invalid_argument, "model '" + m.name + "': compile it before training");
-  AF_TRY_ASSIGN(auto batch, check_inputs(m, inputs));
-  AF_TRY(check_targets(m, targets, batch));
-  std::vector<tensor> args = inputs;
-  for (auto& y : loss_ready(m, targets)) args.push_back(std::move(y));
+  AF_TRY_ASSIGN(auto args, checked_batch(m, inputs, targets, "training"));
   args.push_back(tensor::scalar(static_cast<int64_t>(seed)));
   args.push_back(tensor::scalar(static_cast<float>(learning_rate())));
   args.push_back(tensor::scalar(static_cast<float>(m.updates)));
@@ -245,11 +257,7 @@ expected<batch_result> model::train_on_batch(const std::vector<tensor>& inputs, 
 
 expected<batch_result> model::test_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets) {
   auto& m = *impl_;
-  if (!m.compiled) return make_error(errc::invalid_argument, "model '" + m.name + "': compile it before evaluating");
-  AF_TRY_ASSIGN(auto batch, check_inputs(m, inputs));
-  AF_TRY(check_targets(m, targets, batch));
-  std::vector<tensor> args = inputs;
-  for (auto& y : loss_ready(m, targets)) args.push_back(std::move(y));
+  AF_TRY_ASSIGN(auto args, checked_batch(m, inputs, targets, "evaluating"));
   args.insert(args.end(), m.values.begin(), m.values.end());
   AF_TRY_ASSIGN(auto out, (*m.test_step)(args));
   return unpack(m, out);
