@@ -361,3 +361,72 @@ TEST_CASE("max pooling's gradient goes to the first maximal cell of each window,
     CHECK(dx->to_vector<double>() == want);
   }
 }
+
+namespace {
+
+// Both gradients of the seven-loop convolution for output gradient `g`, accumulated in double.
+std::pair<std::vector<double>, std::vector<double>> reference_conv_grads(const tensor& input, const tensor& filter,
+                                                                          const tensor& grad,
+                                                                          const af::conv2d_options& o) {
+  const auto x = input.to_vector<double>(), f = filter.to_vector<double>(), g = grad.to_vector<double>();
+  const int64_t n = input.dim(0), h = input.dim(1), w = input.dim(2), cin = input.dim(3);
+  const int64_t kh = filter.dim(0), kw = filter.dim(1), cg = filter.dim(2), cout = filter.dim(3);
+  const int64_t coutg = cout / o.groups;
+  const bool same = o.padding == padding_mode::same;
+  const auto ey = tf_extent(h, kh, o.strides[0], o.dilations[0], same);
+  const auto ex = tf_extent(w, kw, o.strides[1], o.dilations[1], same);
+  std::vector<double> dx(x.size(), 0.0), df(f.size(), 0.0);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t y = 0; y < ey.out; ++y)
+      for (int64_t xo = 0; xo < ex.out; ++xo)
+        for (int64_t oc = 0; oc < cout; ++oc) {
+          const double go = g[static_cast<std::size_t>(((b * ey.out + y) * ex.out + xo) * cout + oc)];
+          for (int64_t i = 0; i < kh; ++i)
+            for (int64_t j = 0; j < kw; ++j)
+              for (int64_t c = 0; c < cg; ++c) {
+                const int64_t ih = y * o.strides[0] - ey.before + i * o.dilations[0];
+                const int64_t iw = xo * o.strides[1] - ex.before + j * o.dilations[1];
+                if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                const auto xi = static_cast<std::size_t>(((b * h + ih) * w + iw) * cin + oc / coutg * cg + c);
+                const auto fi = static_cast<std::size_t>(((i * kw + j) * cg + c) * cout + oc);
+                dx[xi] += f[fi] * go;
+                df[fi] += x[xi] * go;
+              }
+        }
+  return {dx, df};
+}
+
+}  // namespace
+
+TEST_CASE("conv2d's register-blocked loops for windows of few channels match the reference, with gradients", "[cpu][conv]") {
+  // Windows of at most 32 values (an RGB first layer) take direct loops that hold sums for blocks of
+  // 3 pixels (forward) or 3 window values (filter gradient) by 4 vectors of output channels: these
+  // shapes cover whole blocks, channel tails past the last block, pixel and window-value tails,
+  // padding, strides and dilations, in both float widths.
+  std::mt19937 rng(909);
+  struct conv_case { shape in, f; af::conv2d_options o; };
+  const std::vector<conv_case> cases = {
+      {{2, 9, 10, 3}, {3, 3, 3, 40}, {}},                                          // 27 values, one block + 8
+      {{1, 8, 7, 2}, {2, 2, 2, 64}, {{2, 1}, padding_mode::same, {1, 1}, 1}},      // 8 values: window tail 2
+      {{2, 11, 9, 1}, {3, 3, 1, 35}, {{1, 2}, padding_mode::valid, {2, 1}, 1}},    // dilated, odd channels
+      {{1, 6, 5, 4}, {1, 3, 4, 96}, {{1, 1}, padding_mode::same, {1, 1}, 1}},      // several whole blocks
+  };
+  for (const dtype type : {dtype::f32, dtype::f64}) {
+    const double tolerance = type == dtype::f32 ? 1e-4 : 1e-12;
+    for (const auto& cc : cases) {
+      INFO(af::to_string(type) << " " << describe(cc.in, cc.f, cc.o));
+      const tensor x = random_tensor(cc.in, type, rng), w = random_tensor(cc.f, type, rng);
+      auto y = af::conv2d(x, w, cc.o);
+      REQUIRE(y);
+      CHECK(af::all_close(*y, reference_conv(x, w, cc.o), tolerance, tolerance));
+      const tensor g = random_tensor(y->shape(), type, rng);
+      const auto [want_dx, want_df] = reference_conv_grads(x, w, g, cc.o);
+      auto dx = af::conv2d_backprop_input(g, w, cc.in, cc.o);
+      auto dw = af::conv2d_backprop_filter(x, g, cc.f, cc.o);
+      REQUIRE(dx);
+      REQUIRE(dw);
+      CHECK(af::all_close(*dx, tensor::from_vector(want_dx, cc.in), tolerance, tolerance));
+      CHECK(af::all_close(*dw, tensor::from_vector(want_df, cc.f), tolerance, tolerance));
+    }
+  }
+}

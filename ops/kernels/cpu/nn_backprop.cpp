@@ -12,6 +12,7 @@
 
 #include "ops/kernels/cpu/gemm.hpp"
 #include "ops/kernels/cpu/im2col.hpp"
+#include "ops/kernels/cpu/simd.hpp"
 #include "ops/linalg.hpp"
 #include "ops/nn.hpp"
 #include "ops/parallel.hpp"
@@ -168,9 +169,54 @@ expected<void> input_grad_of(const T* g, const T* f, T* dx, const window_plan& p
 // run, whatever thread ran which block).
 constexpr int64_t direct_window_limit = 32;
 
+constexpr int fgrad_taps = 3;     // window values per register block
+constexpr int fgrad_vectors = 4;  // vectors of output channels per register block
+
+// sums[r][k0 + ...] += Σ_q patch[q][r0 + r] · go[q][k0 + ...] for `nr` taps from r0: 12 sums and 3
+// broadcasts fill AVX2's 16 registers, and each gradient vector loaded serves three taps.
+template <class T, int nr>
+void filter_grad_block(const T* patch, const T* go, T* sums, int64_t count, int64_t taps, int64_t cout, int64_t r0,
+                       int64_t k0) {
+  using V = cpu::simd::vec<T>;
+  constexpr int64_t width = cpu::simd::lanes<T>;
+  V acc[nr][fgrad_vectors];
+  for (int r = 0; r < nr; ++r)
+    for (int v = 0; v < fgrad_vectors; ++v) acc[r][v] = cpu::simd::load(sums + (r0 + r) * cout + k0 + v * width);
+  for (int64_t q = 0; q < count; ++q) {
+    V gv[fgrad_vectors];
+#pragma GCC unroll 4
+    for (int v = 0; v < fgrad_vectors; ++v) gv[v] = cpu::simd::load(go + q * cout + k0 + v * width);
+#pragma GCC unroll 3
+    for (int r = 0; r < nr; ++r) {
+      const V s = cpu::simd::splat(patch[q * taps + r0 + r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < fgrad_vectors; ++v) acc[r][v] += s * gv[v];
+    }
+  }
+  for (int r = 0; r < nr; ++r)
+    for (int v = 0; v < fgrad_vectors; ++v) cpu::simd::store(sums + (r0 + r) * cout + k0 + v * width, acc[r][v]);
+}
+
+// sums[taps, cout] += patchᵀ [taps, count] · go [count, cout], each sum over q in order.
+template <class T>
+void accumulate_filter_grad(const T* patch, const T* go, T* sums, int64_t count, int64_t taps, int64_t cout) {
+  constexpr int64_t block = fgrad_vectors * cpu::simd::lanes<T>;
+  const int64_t blocked = cout / block * block;
+  for (int64_t k0 = 0; k0 < blocked; k0 += block) {
+    int64_t r0 = 0;
+    for (; r0 + fgrad_taps <= taps; r0 += fgrad_taps) filter_grad_block<T, fgrad_taps>(patch, go, sums, count, taps, cout, r0, k0);
+    for (; r0 < taps; ++r0) filter_grad_block<T, 1>(patch, go, sums, count, taps, cout, r0, k0);
+  }
+  for (int64_t r = 0; r < taps; ++r)
+    for (int64_t k = blocked; k < cout; ++k) {
+      T sum = sums[r * cout + k];
+      for (int64_t q = 0; q < count; ++q) sum += patch[q * taps + r] * go[q * cout + k];
+      sums[r * cout + k] = sum;
+    }
+}
+
 template <class T>
 void filter_grad_small_window(const T* in, const T* g, T* df, const window_plan& p) {
-  constexpr int64_t lanes = 32;   // output channels whose sums stay in registers
   constexpr int64_t pixels = 64;  // patches gathered at once (the window values of one row strip)
   const int64_t taps = p.kh * p.kw * p.cin, size = taps * p.cout;
   const int64_t rows = p.n * p.oh;
@@ -197,26 +243,7 @@ void filter_grad_small_window(const T* in, const T* g, T* df, const window_plan&
             }
           }
           const T* go = g + (row * p.ow + x0) * p.cout;
-          for (int64_t r = 0; r < taps; ++r)
-            for (int64_t k0 = 0; k0 < p.cout; k0 += lanes) {
-              const int64_t kn = std::min(lanes, p.cout - k0);
-              T* a = acc_all + r * p.cout + k0;
-              if (kn == lanes) {
-                T acc[lanes];
-                std::copy_n(a, lanes, acc);
-                for (int64_t q = 0; q < count; ++q) {
-                  const T v = patch[static_cast<std::size_t>(q * taps + r)];
-                  const T* gr = go + q * p.cout + k0;
-                  for (int64_t k = 0; k < lanes; ++k) acc[k] += v * gr[k];
-                }
-                std::copy_n(acc, lanes, a);
-              } else {
-                for (int64_t q = 0; q < count; ++q) {
-                  const T v = patch[static_cast<std::size_t>(q * taps + r)];
-                  for (int64_t k = 0; k < kn; ++k) a[k] += v * go[q * p.cout + k0 + k];
-                }
-              }
-            }
+          accumulate_filter_grad(patch.data(), go, acc_all, count, taps, p.cout);
         }
       }
     }
