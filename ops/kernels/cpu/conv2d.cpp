@@ -111,21 +111,40 @@ void conv_direct(const T* in, const T* f, T* out, const conv_geometry& g) {
   const int64_t blocked = g.cout / block * block;  // channels past this take the scalar loop
   const int64_t window = g.kh * g.kw;
   const std::vector<T> zeros(static_cast<std::size_t>(g.cin), T{0});
+  // Where window cell t of an interior pixel starts, relative to the cell (0, 0).
+  std::vector<int64_t> cell_offset(static_cast<std::size_t>(window));
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t j = 0; j < g.kw; ++j)
+      cell_offset[static_cast<std::size_t>(i * g.kw + j)] = (i * g.dh * g.w + j * g.dw) * g.cin;
+  // Output columns [x_first, x_last) read no padding column.
+  const int64_t x_first = std::min(g.ow, (g.pad_left + g.sw - 1) / g.sw);
+  const int64_t last_reach = g.w - 1 - (g.kw - 1) * g.dw + g.pad_left;  // x * sw may not pass it
+  const int64_t x_last = last_reach < 0 ? x_first : std::max(x_first, std::min(g.ow, last_reach / g.sw + 1));
   const int64_t row_work = std::max<int64_t>(1, g.ow * window * g.cin * g.cout);
   parallel_for(g.n * g.oh, std::max<int64_t>(1, 65536 / row_work), [&](int64_t begin, int64_t end) {
     std::vector<const T*> cells(static_cast<std::size_t>(window * direct_pixels));
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / g.oh, y = row % g.oh;
+      const int64_t ih0 = y * g.sh - g.pad_top;
+      const bool rows_inside = ih0 >= 0 && ih0 + (g.kh - 1) * g.dh < g.h;
       for (int64_t x0 = 0; x0 < g.ow; x0 += direct_pixels) {
         const int64_t np = std::min<int64_t>(direct_pixels, g.ow - x0);
-        for (int64_t i = 0; i < g.kh; ++i)
-          for (int64_t j = 0; j < g.kw; ++j)
-            for (int64_t p = 0; p < direct_pixels; ++p) {
-              const int64_t ih = y * g.sh - g.pad_top + i * g.dh, iw = (x0 + p) * g.sw - g.pad_left + j * g.dw;
-              const bool inside = p < np && ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
-              cells[static_cast<std::size_t>((i * g.kw + j) * direct_pixels + p)] =
-                  inside ? in + ((b * g.h + ih) * g.w + iw) * g.cin : zeros.data();
-            }
+        if (rows_inside && np == direct_pixels && x0 >= x_first && x0 + np <= x_last) {
+          const T* base = in + ((b * g.h + ih0) * g.w + x0 * g.sw - g.pad_left) * g.cin;
+          for (int64_t t = 0; t < window; ++t)
+            for (int64_t p = 0; p < direct_pixels; ++p)
+              cells[static_cast<std::size_t>(t * direct_pixels + p)] =
+                  base + p * g.sw * g.cin + cell_offset[static_cast<std::size_t>(t)];
+        } else {
+          for (int64_t i = 0; i < g.kh; ++i)
+            for (int64_t j = 0; j < g.kw; ++j)
+              for (int64_t p = 0; p < direct_pixels; ++p) {
+                const int64_t ih = ih0 + i * g.dh, iw = (x0 + p) * g.sw - g.pad_left + j * g.dw;
+                const bool inside = p < np && ih >= 0 && ih < g.h && iw >= 0 && iw < g.w;
+                cells[static_cast<std::size_t>((i * g.kw + j) * direct_pixels + p)] =
+                    inside ? in + ((b * g.h + ih) * g.w + iw) * g.cin : zeros.data();
+              }
+        }
         T* o = out + (row * g.ow + x0) * g.cout;
         for (int64_t k0 = 0; k0 < blocked; k0 += block) {
           if (np == 3) direct_block<T, 3>(cells.data(), f, o, k0, g);

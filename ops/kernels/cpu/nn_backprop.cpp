@@ -231,14 +231,17 @@ void filter_grad_small_window(const T* in, const T* g, T* df, const window_plan&
         for (int64_t x0 = 0; x0 < p.ow; x0 += pixels) {
           const int64_t count = std::min(pixels, p.ow - x0);
           // The windows of `count` pixels, one row of `taps` values each (zeros where padded).
+          // (Element loops, not copy_n: runs of a few values made that a memmove call each.)
           for (int64_t q = 0; q < count; ++q) {
             T* dst = patch.data() + q * taps;
             for (int64_t i = 0; i < p.kh; ++i) {
               const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
+              const bool row_inside = ih >= 0 && ih < p.h;
+              const T* src_row = row_inside ? in + (b * p.h + ih) * p.w * p.cin : in;
               for (int64_t j = 0; j < p.kw; ++j, dst += p.cin) {
                 const int64_t iw = (x0 + q) * p.sw - p.pad_left + j * p.dw;
-                if (ih < 0 || ih >= p.h || iw < 0 || iw >= p.w) std::fill_n(dst, p.cin, T{0});
-                else std::copy_n(in + ((b * p.h + ih) * p.w + iw) * p.cin, p.cin, dst);
+                const bool inside = row_inside && iw >= 0 && iw < p.w;
+                for (int64_t c = 0; c < p.cin; ++c) dst[c] = inside ? src_row[iw * p.cin + c] : T{0};
               }
             }
           }
@@ -270,34 +273,49 @@ bool windows_tile(const window_plan& p) {
 }
 
 /// Max-pool gradient for tiling windows: per channel, the first cell (row-major) holding the
-/// window's maximum takes the output gradient, as in the general path.
+/// window's maximum takes the output gradient, as in the general path. Channels go a vector at a
+/// time with the selection done by masks: written as conditional stores, the compiler emitted
+/// masked moves, which cost tens of cycles each on AMD cores.
 template <class T>
 void tiled_max_pool_grad(const T* in, const T* g, T* dx, const window_plan& p) {
+  using V = cpu::simd::vec<T>;
+  using M = cpu::simd::mask<T>;
+  constexpr int64_t width = cpu::simd::lanes<T>;
+  const int64_t blocked = p.cin / width * width;
   parallel_for(p.n * p.oh, 1, [&](int64_t r0, int64_t r1) {
-    std::vector<T> best(static_cast<std::size_t>(p.cin)), open(best.size());
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / p.oh, y = r % p.oh;
       for (int64_t x = 0; x < p.ow; ++x) {
         const T* go = g + ((b * p.oh + y) * p.ow + x) * p.cin;
         auto cell = [&](int64_t a, int64_t c) { return ((b * p.h + y * p.kh + a) * p.w + x * p.kw + c) * p.cin; };
-        std::copy_n(in + cell(0, 0), p.cin, best.data());
-        for (int64_t a = 0; a < p.kh; ++a)
-          for (int64_t c = 0; c < p.kw; ++c) {
-            const T* v = in + cell(a, c);
-            for (int64_t k = 0; k < p.cin; ++k) best[static_cast<std::size_t>(k)] = std::max(best[static_cast<std::size_t>(k)], v[k]);
-          }
-        std::fill(open.begin(), open.end(), T{1});  // 1 until a cell of this channel took the gradient
-        for (int64_t a = 0; a < p.kh; ++a)
-          for (int64_t c = 0; c < p.kw; ++c) {
-            const T* v = in + cell(a, c);
-            T* d = dx + cell(a, c);
-            for (int64_t k = 0; k < p.cin; ++k) {
-              const auto i = static_cast<std::size_t>(k);
-              const bool take = v[k] == best[i] && open[i] != T{0};
-              d[k] = take ? go[k] : T{0};
-              open[i] = take ? T{0} : open[i];
+        for (int64_t k0 = 0; k0 < blocked; k0 += width) {
+          V best = cpu::simd::load(in + cell(0, 0) + k0);
+          for (int64_t a = 0; a < p.kh; ++a)
+            for (int64_t c = 0; c < p.kw; ++c) {
+              const V v = cpu::simd::load(in + cell(a, c) + k0);
+              best = best < v ? v : best;
             }
-          }
+          const V grad = cpu::simd::load(go + k0);
+          M open = ~M{};  // set until a cell of this channel took the gradient
+          for (int64_t a = 0; a < p.kh; ++a)
+            for (int64_t c = 0; c < p.kw; ++c) {
+              const M take = (cpu::simd::load(in + cell(a, c) + k0) == best) & open;
+              cpu::simd::store(dx + cell(a, c) + k0, cpu::simd::keep<T>(grad, take));
+              open &= ~take;
+            }
+        }
+        for (int64_t k = blocked; k < p.cin; ++k) {
+          T best = in[cell(0, 0) + k];
+          for (int64_t a = 0; a < p.kh; ++a)
+            for (int64_t c = 0; c < p.kw; ++c) best = std::max(best, in[cell(a, c) + k]);
+          bool open = true;
+          for (int64_t a = 0; a < p.kh; ++a)
+            for (int64_t c = 0; c < p.kw; ++c) {
+              const bool take = open && in[cell(a, c) + k] == best;
+              dx[cell(a, c) + k] = take ? go[k] : T{0};
+              open = open && !take;
+            }
+        }
       }
     }
   });

@@ -33,6 +33,16 @@ using vec = typename vector_of<T>::type;
 template <class T>
 inline constexpr int64_t lanes = static_cast<int64_t>(32 / sizeof(T));
 
+/// What comparing two vec<T> gives: all ones or all zeros per lane, in integers of T's width.
+template <class T>
+using mask = decltype(vec<T>{} == vec<T>{});
+
+/// Lanes of `v` where `m` is set, zeros elsewhere.
+template <class T>
+[[gnu::always_inline]] inline vec<T> keep(vec<T> v, mask<T> m) {
+  return reinterpret_cast<vec<T>>(reinterpret_cast<mask<T>>(v) & m);
+}
+
 template <class T>
 [[gnu::always_inline]] inline vec<T> load(const T* p) {
   vec<T> v;
