@@ -164,89 +164,85 @@ expected<void> input_grad_of(const T* g, const T* f, T* dx, const window_plan& p
 }
 
 // Few input channels per window (an RGB first layer): the GEMM would be [27 x rows] x [rows x cout]
-// with tiny M and N. Each fixed block of output rows accumulates its own [taps, cout] sums, inner
-// loop over contiguous output channels, and the blocks are added in order (the same result on every
-// run, whatever thread ran which block).
+// with tiny M and N. Each fixed block of output rows accumulates its own [taps, cout] sums and the
+// blocks are added in order (the same result on every run, whatever thread ran which block).
 constexpr int64_t direct_window_limit = 32;
 
-constexpr int fgrad_taps = 3;     // window values per register block
-constexpr int fgrad_vectors = 4;  // vectors of output channels per register block
+constexpr int fgrad_channels = 3;  // input channels of one window cell per register block
+constexpr int fgrad_vectors = 4;   // vectors of output channels per register block
 
-// sums[r][k0 + ...] += Σ_q patch[q][r0 + r] · go[q][k0 + ...] for `nr` taps from r0: 12 sums and 3
-// broadcasts fill AVX2's 16 registers, and each gradient vector loaded serves three taps.
-template <class T, int nr>
-void filter_grad_block(const T* patch, const T* go, T* sums, int64_t count, int64_t taps, int64_t cout, int64_t r0,
-                       int64_t k0) {
+// sums[c][k0 + ...] += Σ_x src[x * stride + c] · go[x][k0 + ...] for `nc` input channels of one
+// window cell over `count` output pixels: 12 sums and 3 broadcasts fill AVX2's 16 registers, and
+// each gradient vector loaded serves three channels.
+template <class T, int nc>
+void filter_grad_block(const T* src, int64_t stride, const T* go, int64_t cout, int64_t count, T* sums) {
   using V = cpu::simd::vec<T>;
   constexpr int64_t width = cpu::simd::lanes<T>;
-  V acc[nr][fgrad_vectors];
-  for (int r = 0; r < nr; ++r)
-    for (int v = 0; v < fgrad_vectors; ++v) acc[r][v] = cpu::simd::load(sums + (r0 + r) * cout + k0 + v * width);
-  for (int64_t q = 0; q < count; ++q) {
+  V acc[nc][fgrad_vectors];
+  for (int c = 0; c < nc; ++c)
+    for (int v = 0; v < fgrad_vectors; ++v) acc[c][v] = cpu::simd::load(sums + c * cout + v * width);
+  for (int64_t x = 0; x < count; ++x) {
     V gv[fgrad_vectors];
 #pragma GCC unroll 4
-    for (int v = 0; v < fgrad_vectors; ++v) gv[v] = cpu::simd::load(go + q * cout + k0 + v * width);
+    for (int v = 0; v < fgrad_vectors; ++v) gv[v] = cpu::simd::load(go + x * cout + v * width);
 #pragma GCC unroll 3
-    for (int r = 0; r < nr; ++r) {
-      const V s = cpu::simd::splat(patch[q * taps + r0 + r]);
+    for (int c = 0; c < nc; ++c) {
+      const V s = cpu::simd::splat(src[x * stride + c]);
 #pragma GCC unroll 4
-      for (int v = 0; v < fgrad_vectors; ++v) acc[r][v] += s * gv[v];
+      for (int v = 0; v < fgrad_vectors; ++v) acc[c][v] += s * gv[v];
     }
   }
-  for (int r = 0; r < nr; ++r)
-    for (int v = 0; v < fgrad_vectors; ++v) cpu::simd::store(sums + (r0 + r) * cout + k0 + v * width, acc[r][v]);
+  for (int c = 0; c < nc; ++c)
+    for (int v = 0; v < fgrad_vectors; ++v) cpu::simd::store(sums + c * cout + v * width, acc[c][v]);
 }
 
-// sums[taps, cout] += patchᵀ [taps, count] · go [count, cout], each sum over q in order.
+// One window cell's sums [cin, cout] += inputᵀ · go over output pixels [0, count) of one row, pixel
+// x reading src + x * stride; every sum runs over the pixels in order.
 template <class T>
-void accumulate_filter_grad(const T* patch, const T* go, T* sums, int64_t count, int64_t taps, int64_t cout) {
+void accumulate_cell(const T* src, int64_t stride, const T* go, int64_t count, int64_t cin, int64_t cout, T* sums) {
   constexpr int64_t block = fgrad_vectors * cpu::simd::lanes<T>;
   const int64_t blocked = cout / block * block;
   for (int64_t k0 = 0; k0 < blocked; k0 += block) {
-    int64_t r0 = 0;
-    for (; r0 + fgrad_taps <= taps; r0 += fgrad_taps) filter_grad_block<T, fgrad_taps>(patch, go, sums, count, taps, cout, r0, k0);
-    for (; r0 < taps; ++r0) filter_grad_block<T, 1>(patch, go, sums, count, taps, cout, r0, k0);
+    int64_t c = 0;
+    for (; c + fgrad_channels <= cin; c += fgrad_channels)
+      filter_grad_block<T, fgrad_channels>(src + c, stride, go + k0, cout, count, sums + c * cout + k0);
+    for (; c < cin; ++c) filter_grad_block<T, 1>(src + c, stride, go + k0, cout, count, sums + c * cout + k0);
   }
-  for (int64_t r = 0; r < taps; ++r)
+  for (int64_t c = 0; c < cin; ++c)
     for (int64_t k = blocked; k < cout; ++k) {
-      T sum = sums[r * cout + k];
-      for (int64_t q = 0; q < count; ++q) sum += patch[q * taps + r] * go[q * cout + k];
-      sums[r * cout + k] = sum;
+      T sum = sums[c * cout + k];
+      for (int64_t x = 0; x < count; ++x) sum += src[x * stride + c] * go[x * cout + k];
+      sums[c * cout + k] = sum;
     }
 }
 
+// Every window cell reads the input with a fixed stride along an output row, and only where it
+// lies inside the input (padding adds nothing): no patch matrix is gathered.
 template <class T>
 void filter_grad_small_window(const T* in, const T* g, T* df, const window_plan& p) {
-  constexpr int64_t pixels = 64;  // patches gathered at once (the window values of one row strip)
-  const int64_t taps = p.kh * p.kw * p.cin, size = taps * p.cout;
+  const int64_t size = p.kh * p.kw * p.cin * p.cout;
   const int64_t rows = p.n * p.oh;
   const int64_t blocks = std::min<int64_t>(rows, 16);
   std::vector<T> sums(static_cast<std::size_t>(blocks * size), T{0});
   parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
-    std::vector<T> patch(static_cast<std::size_t>(pixels * taps));
     for (int64_t block = first; block < last; ++block) {
-      T* acc_all = sums.data() + block * size;
+      T* block_sums = sums.data() + block * size;
       for (int64_t row = block * rows / blocks; row < (block + 1) * rows / blocks; ++row) {
         const int64_t b = row / p.oh, y = row % p.oh;
-        for (int64_t x0 = 0; x0 < p.ow; x0 += pixels) {
-          const int64_t count = std::min(pixels, p.ow - x0);
-          // The windows of `count` pixels, one row of `taps` values each (zeros where padded).
-          // (Element loops, not copy_n: runs of a few values made that a memmove call each.)
-          for (int64_t q = 0; q < count; ++q) {
-            T* dst = patch.data() + q * taps;
-            for (int64_t i = 0; i < p.kh; ++i) {
-              const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
-              const bool row_inside = ih >= 0 && ih < p.h;
-              const T* src_row = row_inside ? in + (b * p.h + ih) * p.w * p.cin : in;
-              for (int64_t j = 0; j < p.kw; ++j, dst += p.cin) {
-                const int64_t iw = (x0 + q) * p.sw - p.pad_left + j * p.dw;
-                const bool inside = row_inside && iw >= 0 && iw < p.w;
-                for (int64_t c = 0; c < p.cin; ++c) dst[c] = inside ? src_row[iw * p.cin + c] : T{0};
-              }
-            }
+        const T* go = g + row * p.ow * p.cout;
+        for (int64_t i = 0; i < p.kh; ++i) {
+          const int64_t ih = y * p.sh - p.pad_top + i * p.dh;
+          if (ih < 0 || ih >= p.h) continue;
+          for (int64_t j = 0; j < p.kw; ++j) {
+            // Output columns [x_lo, x_hi) read input column x * sw + iw0, inside the input.
+            const int64_t iw0 = j * p.dw - p.pad_left;
+            const int64_t x_lo = iw0 >= 0 ? 0 : (-iw0 + p.sw - 1) / p.sw;
+            const int64_t x_hi = p.w - 1 - iw0 < 0 ? 0 : std::min(p.ow, (p.w - 1 - iw0) / p.sw + 1);
+            if (x_lo >= x_hi) continue;
+            const T* src = in + ((b * p.h + ih) * p.w + x_lo * p.sw + iw0) * p.cin;
+            accumulate_cell(src, p.sw * p.cin, go + x_lo * p.cout, x_hi - x_lo, p.cin, p.cout,
+                            block_sums + (i * p.kw + j) * p.cin * p.cout);
           }
-          const T* go = g + (row * p.ow + x0) * p.cout;
-          accumulate_filter_grad(patch.data(), go, acc_all, count, taps, p.cout);
         }
       }
     }
