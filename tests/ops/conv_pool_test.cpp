@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "op_test_support.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/nn.hpp"
 #include "ops/tensor.hpp"
 
@@ -428,5 +429,39 @@ TEST_CASE("conv2d's register-blocked loops for windows of few channels match the
       CHECK(af::all_close(*dx, tensor::from_vector(want_dx, cc.in), tolerance, tolerance));
       CHECK(af::all_close(*dw, tensor::from_vector(want_df, cc.f), tolerance, tolerance));
     }
+  }
+}
+
+TEST_CASE("tiled max pooling's gradient over many channels matches the first-maximum reference", "[cpu][pool]") {
+  // The tiled path selects a vector of channels at a time by masks, then the leftover channels one
+  // by one: 13 channels in f32 (8 + 5) and 10 in f64 (4 + 4 + 2). Values from five levels make
+  // ties common, and rows/columns left over past the last window get no gradient.
+  std::mt19937 rng(515);
+  std::uniform_int_distribution<int> level(0, 4);
+  for (const dtype type : {dtype::f32, dtype::f64}) {
+    const int64_t n = 2, h = 7, w = 9, c = type == dtype::f32 ? 13 : 10;
+    const af::pool_options o{{2, 3}, {2, 3}, padding_mode::valid};
+    const int64_t oh = h / 2, ow = w / 3;
+    std::vector<double> xs(static_cast<std::size_t>(n * h * w * c));
+    for (auto& v : xs) v = level(rng);
+    const tensor x = *af::cast(tensor::from_vector(xs, {n, h, w, c}), type);
+    const tensor g = random_tensor({n, oh, ow, c}, type, rng);
+    auto dx = af::max_pool2d_backprop(x, g, o);
+    REQUIRE(dx);
+    const auto gs = g.to_vector<double>();
+    std::vector<double> want(xs.size(), 0.0);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xo = 0; xo < ow; ++xo)
+          for (int64_t k = 0; k < c; ++k) {
+            auto at = [&](int64_t i, int64_t j) { return static_cast<std::size_t>(((b * h + y * 2 + i) * w + xo * 3 + j) * c + k); };
+            std::size_t best = at(0, 0);
+            for (int64_t i = 0; i < 2; ++i)
+              for (int64_t j = 0; j < 3; ++j)
+                if (xs[at(i, j)] > xs[best]) best = at(i, j);
+            want[best] = gs[static_cast<std::size_t>(((b * oh + y) * ow + xo) * c + k)];
+          }
+    INFO(af::to_string(type));
+    CHECK(dx->to_vector<double>() == want);
   }
 }
