@@ -42,35 +42,45 @@ extent tf_extent(int64_t in, int64_t k, int64_t stride, int64_t dilation, bool s
   return {out, total / 2};
 }
 
-// The seven-loop convolution, accumulated in double.
-tensor reference_conv(const tensor& input, const tensor& filter, const af::conv2d_options& o) {
-  const auto x = input.to_vector<double>();
-  const auto f = filter.to_vector<double>();
-  const int64_t n = input.dim(0), h = input.dim(1), w = input.dim(2), cin = input.dim(3);
-  const int64_t kh = filter.dim(0), kw = filter.dim(1), cg = filter.dim(2), cout = filter.dim(3);
+// The seven loops of a convolution: visit(output, input, filter) gets the flat indices of every
+// product, output by output and, within one, in window order; taps in the padding are skipped.
+// Returns the output shape.
+template <class Visit>
+shape for_each_conv_product(const shape& in, const shape& fs, const af::conv2d_options& o, Visit visit) {
+  const int64_t n = in[0], h = in[1], w = in[2], cin = in[3];
+  const int64_t kh = fs[0], kw = fs[1], cg = fs[2], cout = fs[3];
   const int64_t coutg = cout / o.groups;
   const bool same = o.padding == padding_mode::same;
   const auto ey = tf_extent(h, kh, o.strides[0], o.dilations[0], same);
   const auto ex = tf_extent(w, kw, o.strides[1], o.dilations[1], same);
-  std::vector<double> out;
   for (int64_t b = 0; b < n; ++b)
     for (int64_t y = 0; y < ey.out; ++y)
       for (int64_t xo = 0; xo < ex.out; ++xo)
-        for (int64_t oc = 0; oc < cout; ++oc) {
-          const int64_t g = oc / coutg;
-          double acc = 0;
+        for (int64_t oc = 0; oc < cout; ++oc)
           for (int64_t i = 0; i < kh; ++i)
             for (int64_t j = 0; j < kw; ++j)
               for (int64_t c = 0; c < cg; ++c) {
                 const int64_t ih = y * o.strides[0] - ey.before + i * o.dilations[0];
                 const int64_t iw = xo * o.strides[1] - ex.before + j * o.dilations[1];
                 if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
-                acc += x[((b * h + ih) * w + iw) * cin + g * cg + c] * f[((i * kw + j) * cg + c) * cout + oc];
+                visit(static_cast<std::size_t>(((b * ey.out + y) * ex.out + xo) * cout + oc),
+                      static_cast<std::size_t>(((b * h + ih) * w + iw) * cin + oc / coutg * cg + c),
+                      static_cast<std::size_t>(((i * kw + j) * cg + c) * cout + oc));
               }
-          out.push_back(acc);
-        }
-  const shape dims{n, ey.out, ex.out, cout};
-  if (out.empty()) return *tensor::zeros(dims, dtype::f64);
+  return {n, ey.out, ex.out, cout};
+}
+
+// The convolution, accumulated in double.
+tensor reference_conv(const tensor& input, const tensor& filter, const af::conv2d_options& o) {
+  const auto x = input.to_vector<double>();
+  const auto f = filter.to_vector<double>();
+  std::vector<double> out;
+  const shape dims = for_each_conv_product(input.shape(), filter.shape(), o, [&](std::size_t oi, std::size_t xi, std::size_t fi) {
+    if (out.size() <= oi) out.resize(oi + 1, 0.0);
+    out[oi] += x[xi] * f[fi];
+  });
+  if (af::numel(dims) == 0) return *tensor::zeros(dims, dtype::f64);
+  out.resize(static_cast<std::size_t>(af::numel(dims)), 0.0);  // outputs whose whole window is padding
   return tensor::from_vector(out, dims);
 }
 
@@ -365,35 +375,16 @@ TEST_CASE("max pooling's gradient goes to the first maximal cell of each window,
 
 namespace {
 
-// Both gradients of the seven-loop convolution for output gradient `g`, accumulated in double.
+// Both gradients of the convolution for output gradient `grad`, accumulated in double.
 std::pair<std::vector<double>, std::vector<double>> reference_conv_grads(const tensor& input, const tensor& filter,
                                                                           const tensor& grad,
                                                                           const af::conv2d_options& o) {
   const auto x = input.to_vector<double>(), f = filter.to_vector<double>(), g = grad.to_vector<double>();
-  const int64_t n = input.dim(0), h = input.dim(1), w = input.dim(2), cin = input.dim(3);
-  const int64_t kh = filter.dim(0), kw = filter.dim(1), cg = filter.dim(2), cout = filter.dim(3);
-  const int64_t coutg = cout / o.groups;
-  const bool same = o.padding == padding_mode::same;
-  const auto ey = tf_extent(h, kh, o.strides[0], o.dilations[0], same);
-  const auto ex = tf_extent(w, kw, o.strides[1], o.dilations[1], same);
   std::vector<double> dx(x.size(), 0.0), df(f.size(), 0.0);
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t y = 0; y < ey.out; ++y)
-      for (int64_t xo = 0; xo < ex.out; ++xo)
-        for (int64_t oc = 0; oc < cout; ++oc) {
-          const double go = g[static_cast<std::size_t>(((b * ey.out + y) * ex.out + xo) * cout + oc)];
-          for (int64_t i = 0; i < kh; ++i)
-            for (int64_t j = 0; j < kw; ++j)
-              for (int64_t c = 0; c < cg; ++c) {
-                const int64_t ih = y * o.strides[0] - ey.before + i * o.dilations[0];
-                const int64_t iw = xo * o.strides[1] - ex.before + j * o.dilations[1];
-                if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
-                const auto xi = static_cast<std::size_t>(((b * h + ih) * w + iw) * cin + oc / coutg * cg + c);
-                const auto fi = static_cast<std::size_t>(((i * kw + j) * cg + c) * cout + oc);
-                dx[xi] += f[fi] * go;
-                df[fi] += x[xi] * go;
-              }
-        }
+  for_each_conv_product(input.shape(), filter.shape(), o, [&](std::size_t oi, std::size_t xi, std::size_t fi) {
+    dx[xi] += f[fi] * g[oi];
+    df[fi] += x[xi] * g[oi];
+  });
   return {dx, df};
 }
 
