@@ -13,16 +13,8 @@ namespace {
 
 enum wire : uint8_t { varint_wire = 0, fixed64_wire = 1, len_wire = 2, start_group = 3, end_group = 4, fixed32_wire = 5 };
 
-const char* wire_name(unsigned w) {
-  switch (w) {
-    case varint_wire: return "varint";
-    case fixed64_wire: return "64-bit";
-    case len_wire: return "length-delimited";
-    case start_group: case end_group: return "group";
-    case fixed32_wire: return "32-bit";
-  }
-  return "invalid";
-}
+// Protobuf's default nesting limit; groups inside unknown fields count towards it here.
+constexpr int max_group_depth = 100;
 
 // Reads a varint at p[pos..end); false when it is cut off or longer than 10 bytes.
 inline bool read_varint(const unsigned char* p, std::size_t& pos, std::size_t end, uint64_t& value) {
@@ -120,7 +112,10 @@ struct field {
   std::size_t begin = 0, end = 0;
 };
 
-// Walks the fields of one message occupying [pos, end) of the Example bytes.
+// Walks the fields of one message occupying [pos, end) of the Example bytes. As protobuf's parser
+// does, a field of a known number but an unexpected wire type is the caller's to skip as unknown;
+// a group (wire types 3/4) is skipped whole, nested groups included; an end-group tag without its
+// start-group is an error.
 struct cursor {
   const unsigned char* base;
   std::size_t pos, end;
@@ -130,6 +125,12 @@ struct cursor {
   // Reads the next field; false at the end of the message.
   expected<bool> next(field& f) {
     if (pos >= end) return false;
+    AF_TRY(read_field(f, 0));
+    return true;
+  }
+
+ private:
+  expected<void> read_field(field& f, int depth) {
     f.tag_offset = pos;
     uint64_t tag;
     if (!read_varint(base, pos, end, tag)) return wire_error(path.render(), "truncated or overlong tag varint", f.tag_offset);
@@ -139,9 +140,11 @@ struct cursor {
       return wire_error(path.render(), "invalid field number " + std::to_string(tag >> 3), f.tag_offset);
     switch (f.wire_type) {
       case varint_wire:
+        f.begin = pos;
         if (!read_varint(base, pos, end, f.value))
           return wire_error(field_path(path, type, f.number), "truncated or overlong varint", f.tag_offset);
-        return true;
+        f.end = pos;
+        return {};
       case fixed64_wire:
       case fixed32_wire: {
         std::size_t width = f.wire_type == fixed64_wire ? 8 : 4;
@@ -151,7 +154,7 @@ struct cursor {
         f.begin = pos;
         pos += width;
         f.end = pos;
-        return true;
+        return {};
       }
       case len_wire: {
         uint64_t len;
@@ -163,26 +166,62 @@ struct cursor {
         f.begin = pos;
         pos += static_cast<std::size_t>(len);
         f.end = pos;
-        return true;
+        return {};
       }
       case start_group:
+        return skip_group(f, depth);
       case end_group:
-        return wire_error(field_path(path, type, f.number), "group wire type is not supported", f.tag_offset);
+        return wire_error(field_path(path, type, f.number), "end-group tag without a start-group", f.tag_offset);
       default:
         return wire_error(field_path(path, type, f.number), "invalid wire type " + std::to_string(f.wire_type),
                           f.tag_offset);
     }
   }
 
-  error wrong_wire(const field& f, const char* wanted) const {
-    return wire_error(field_path(path, type, f.number),
-                      std::string("wire type ") + std::to_string(f.wire_type) + " (" + wire_name(f.wire_type) +
-                          "), expected " + wanted,
-                      f.tag_offset);
+  // Skips the fields of the group that `f` starts, up to its end-group tag of the same number.
+  expected<void> skip_group(field& f, int depth) {
+    if (depth >= max_group_depth)
+      return wire_error(field_path(path, type, f.number),
+                        "groups nested deeper than " + std::to_string(max_group_depth), f.tag_offset);
+    f.begin = pos;
+    for (;;) {
+      if (pos >= end)
+        return wire_error(field_path(path, type, f.number), "group has no end-group tag", f.tag_offset);
+      const std::size_t at = pos;
+      uint64_t tag;
+      std::size_t probe = pos;
+      if (read_varint(base, probe, end, tag) && (tag & 7) == end_group) {
+        if ((tag >> 3) != f.number)
+          return wire_error(field_path(path, type, f.number),
+                            "group ends with the end-group tag of field " + std::to_string(tag >> 3), at);
+        f.end = at;
+        pos = probe;
+        return {};
+      }
+      field inner;
+      AF_TRY(read_field(inner, depth + 1));
+    }
   }
 };
 
 // ---- scanning (validation + counting) ----------------------------------------------------------
+
+// Reads the next field of a message that scan_example validated already.
+bool next_validated(cursor& c, field& f) {
+  auto more = c.next(f);
+  return more.has_value() && *more;
+}
+
+// The wire types protobuf accepts for the `value` field of each list; any other is an unknown field.
+bool holds_values(feature_kind kind, unsigned wire_type) {
+  switch (kind) {
+    case feature_kind::bytes_list: return wire_type == len_wire;
+    case feature_kind::float_list: return wire_type == fixed32_wire || wire_type == len_wire;
+    case feature_kind::int64_list: return wire_type == varint_wire || wire_type == len_wire;
+    case feature_kind::none: return false;
+  }
+  return false;
+}
 
 // Validates one BytesList/FloatList/Int64List message and adds its value count (and byte count).
 expected<void> scan_list(const unsigned char* base, std::size_t begin, std::size_t end, feature_kind kind,
@@ -192,102 +231,71 @@ expected<void> scan_list(const unsigned char* base, std::size_t begin, std::size
   for (;;) {
     AF_TRY_ASSIGN(bool more, c.next(f));
     if (!more) return {};
-    if (f.number != 1) continue;  // unknown field: already skipped by its wire type
-    switch (kind) {
-      case feature_kind::bytes_list:
-        if (f.wire_type != len_wire) return c.wrong_wire(f, "2 (length-delimited)");
-        ++view.count;
-        view.byte_count += f.end - f.begin;
-        break;
-      case feature_kind::float_list:
-        if (f.wire_type == fixed32_wire) {
-          ++view.count;
-        } else if (f.wire_type == len_wire) {
-          if ((f.end - f.begin) % 4 != 0)
-            return wire_error(field_path(path, list_type, 1),
-                              "packed float length " + std::to_string(f.end - f.begin) + " is not a multiple of 4",
-                              f.tag_offset);
-          view.count += (f.end - f.begin) / 4;
-        } else {
-          return c.wrong_wire(f, "5 (32-bit) or 2 (packed)");
-        }
-        break;
-      case feature_kind::int64_list:
-        if (f.wire_type == varint_wire) {
-          ++view.count;
-        } else if (f.wire_type == len_wire) {
-          std::size_t p = f.begin;
-          while (p < f.end) {
-            std::size_t at = p;
-            uint64_t ignored;
-            if (!read_varint(base, p, f.end, ignored))
-              return wire_error(field_path(path, list_type, 1), "truncated or overlong varint in packed int64s", at);
-            ++view.count;
-          }
-        } else {
-          return c.wrong_wire(f, "0 (varint) or 2 (packed)");
-        }
-        break;
-      case feature_kind::none:
-        break;
+    if (f.number != 1 || !holds_values(kind, f.wire_type)) continue;  // unknown: skipped by its wire type
+    if (kind == feature_kind::bytes_list) {
+      ++view.count;
+      view.byte_count += f.end - f.begin;
+    } else if (f.wire_type != len_wire) {
+      ++view.count;  // one unpacked float or varint
+    } else if (kind == feature_kind::float_list) {
+      if ((f.end - f.begin) % 4 != 0)
+        return wire_error(field_path(path, list_type, 1),
+                          "packed float length " + std::to_string(f.end - f.begin) + " is not a multiple of 4",
+                          f.tag_offset);
+      view.count += (f.end - f.begin) / 4;
+    } else {
+      for (std::size_t p = f.begin; p < f.end; ++view.count) {
+        std::size_t at = p;
+        uint64_t ignored;
+        if (!read_varint(base, p, f.end, ignored))
+          return wire_error(field_path(path, list_type, 1), "truncated or overlong varint in packed int64s", at);
+      }
     }
   }
 }
 
-expected<void> scan_feature(const unsigned char* base, std::size_t begin, std::size_t end, const msg_path& path,
-                            feature_view& view) {
+// Validates one Feature message of the entry starting at `entry_begin`; several Feature messages of
+// one entry merge into `view` as protobuf merges them.
+expected<void> scan_feature(const unsigned char* base, std::size_t begin, std::size_t end, std::size_t entry_begin,
+                            const msg_path& path, feature_view& view) {
   cursor c{base, begin, end, path, feature_type};
   field f;
   for (;;) {
     AF_TRY_ASSIGN(bool more, c.next(f));
-    if (!more) break;
-    if (f.number < 1 || f.number > 3) continue;
-    if (f.wire_type != len_wire) return c.wrong_wire(f, "2 (length-delimited)");
+    if (!more) return {};
+    if (f.number < 1 || f.number > 3 || f.wire_type != len_wire) continue;
     auto kind = static_cast<feature_kind>(f.number);
     if (kind != view.kind) {  // a different member of the oneof replaces what came before
       view.kind = kind;
       view.count = 0;
       view.byte_count = 0;
-      view.body_offset = f.tag_offset;
+      view.first_list = f.tag_offset - entry_begin;
     }
     msg_path list_path{&path, feature_type.names[f.number]};
     AF_TRY(scan_list(base, f.begin, f.end, kind, list_path, view));
   }
-  if (view.kind == feature_kind::none) view.body_offset = end;
-  view.body = std::string_view(reinterpret_cast<const char*>(base) + view.body_offset, end - view.body_offset);
-  return {};
 }
 
 expected<void> scan_entry(const unsigned char* base, std::size_t begin, std::size_t end, const msg_path& features,
                           long index, std::vector<feature_view>& out) {
-  // First find key and value, so that errors inside the value can name the key even when the
+  // First the key (the last one wins), so that errors inside a value can name it even when the
   // value comes first on the wire.
   msg_path unkeyed{&features, "feature", {}, false, index};
   cursor c{base, begin, end, unkeyed, entry_type};
-  field f, key_field, value_field;
-  bool has_key = false, has_value = false;
+  field f;
+  feature_view view;
+  view.entry = std::string_view(reinterpret_cast<const char*>(base) + begin, end - begin);
   for (;;) {
     AF_TRY_ASSIGN(bool more, c.next(f));
     if (!more) break;
-    if (f.number != 1 && f.number != 2) continue;
-    if (f.wire_type != len_wire) return c.wrong_wire(f, "2 (length-delimited)");
-    if (f.number == 1) {
-      key_field = f;
-      has_key = true;
-    } else {
-      value_field = f;
-      has_value = true;
-    }
+    if (f.number == 1 && f.wire_type == len_wire)
+      view.name = std::string_view(reinterpret_cast<const char*>(base) + f.begin, f.end - f.begin);
   }
-  feature_view view;
-  if (has_key) view.name = std::string_view(reinterpret_cast<const char*>(base) + key_field.begin, key_field.end - key_field.begin);
+  // Then every value field: a message field that appears more than once is merged.
   msg_path keyed{&features, "feature", view.name, true};
-  if (has_value) {
-    AF_TRY(scan_feature(base, value_field.begin, value_field.end, keyed, view));
-  } else {
-    view.body = std::string_view(reinterpret_cast<const char*>(base) + end, 0);
-    view.body_offset = end;
-  }
+  cursor values{base, begin, end, keyed, entry_type};
+  while (next_validated(values, f))
+    if (f.number == 2 && f.wire_type == len_wire) AF_TRY(scan_feature(base, f.begin, f.end, begin, keyed, view));
   out.push_back(view);
   return {};
 }
@@ -299,50 +307,34 @@ expected<void> scan_features(const unsigned char* base, std::size_t begin, std::
   for (;;) {
     AF_TRY_ASSIGN(bool more, c.next(f));
     if (!more) return {};
-    if (f.number != 1) continue;
-    if (f.wire_type != len_wire) return c.wrong_wire(f, "2 (length-delimited)");
+    if (f.number != 1 || f.wire_type != len_wire) continue;
     AF_TRY(scan_entry(base, f.begin, f.end, path, entries++, out));
   }
 }
 
 // ---- value extraction from validated views -----------------------------------------------------
 
-// Calls fn(field) for each `value` field of each list of the view's kind; the bytes were validated
-// by scan_example, so no checks here.
+// Calls fn(wire type, begin, end, varint) for each `value` field of each list of the view's kind
+// from its first counted list on, through every value field of the entry; the bytes were
+// validated by scan_example.
 template <class Fn>
 void for_each_value_field(const feature_view& view, Fn&& fn) {
-  const auto* base = reinterpret_cast<const unsigned char*>(view.body.data());
-  std::size_t pos = 0, end = view.body.size();
-  while (pos < end) {
-    uint64_t tag = 0, len = 0;
-    read_varint(base, pos, end, tag);
-    unsigned wt = tag & 7;
-    if (wt != len_wire) {  // unknown non-length fields in the Feature message
-      if (wt == varint_wire) read_varint(base, pos, end, len);
-      else pos += wt == fixed64_wire ? 8 : 4;
-      continue;
-    }
-    read_varint(base, pos, end, len);
-    std::size_t list_end = pos + static_cast<std::size_t>(len);
-    if ((tag >> 3) != static_cast<uint64_t>(view.kind)) {
-      pos = list_end;
-      continue;
-    }
-    while (pos < list_end) {
-      uint64_t ltag = 0, v = 0;
-      read_varint(base, pos, list_end, ltag);
-      unsigned lwt = ltag & 7;
-      std::size_t begin = pos;
-      if (lwt == varint_wire) {
-        read_varint(base, pos, list_end, v);
-      } else if (lwt == len_wire) {
-        read_varint(base, pos, list_end, v);
-        begin = pos;
-        pos += static_cast<std::size_t>(v);
-      } else {
-        pos += lwt == fixed64_wire ? 8 : 4;
-      }
-      if ((ltag >> 3) == 1) fn(lwt, base + begin, base + pos, v);
+  if (view.kind == feature_kind::none) return;
+  const auto* base = reinterpret_cast<const unsigned char*>(view.entry.data());
+  const msg_path root;
+  cursor entry{base, 0, view.entry.size(), root, entry_type};
+  field value, list, item;
+  while (next_validated(entry, value)) {
+    if (value.number != 2 || value.wire_type != len_wire || value.end <= view.first_list) continue;
+    cursor lists{base, value.begin, value.end, root, feature_type};
+    while (next_validated(lists, list)) {
+      if (list.tag_offset < view.first_list || list.number != static_cast<uint32_t>(view.kind) ||
+          list.wire_type != len_wire)
+        continue;
+      cursor items{base, list.begin, list.end, root, list_type};
+      while (next_validated(items, item))
+        if (item.number == 1 && holds_values(view.kind, item.wire_type))
+          fn(item.wire_type, base + item.begin, base + item.end, item.value);
     }
   }
 }
@@ -381,8 +373,7 @@ expected<void> scan_example(std::string_view bytes, std::vector<feature_view>& o
   for (;;) {
     AF_TRY_ASSIGN(bool more, c.next(f));
     if (!more) return {};
-    if (f.number != 1) continue;
-    if (f.wire_type != len_wire) return c.wrong_wire(f, "2 (length-delimited)");
+    if (f.number != 1 || f.wire_type != len_wire) continue;
     AF_TRY(scan_features(base, f.begin, f.end, features, entries, out));  // a repeated field merges
   }
 }

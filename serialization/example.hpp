@@ -8,10 +8,12 @@
 //   BytesList { repeated bytes value = 1; }  FloatList { repeated float value = 1 [packed]; }
 //   Int64List { repeated int64 value = 1 [packed]; }
 //
-// Decoding follows protobuf's rules: packed and unpacked repeated fields, unknown fields skipped by
-// wire type, fields in any order, a repeated map key keeps its last entry, a message field that
-// appears twice at the Example/Features level is merged, a map entry keeps its last value field,
-// and within a Feature the last list field decides the kind (consecutive lists of one kind merge).
+// Decoding follows protobuf's rules, as its reference parser applies them: packed and unpacked
+// repeated fields; fields in any order; unknown fields skipped by wire type, groups (nested ones
+// too) included; a known field with an unexpected wire type is an unknown field, skipped; a message
+// field that appears more than once is merged (Example.features, a map entry's value: the later
+// Feature's lists append to or, for another member of the oneof, replace the earlier ones); a
+// repeated map key keeps its last entry; within a Feature the last list field decides the kind.
 // Errors are malformed_input naming the field path and the byte offset of the field's tag, e.g.
 //   "features.feature['image'].bytes_list: length 900 runs past the end at offset 37".
 //
@@ -80,10 +82,11 @@ struct feature_view {
   feature_kind kind = feature_kind::none;
   std::size_t count = 0;        ///< number of values
   std::size_t byte_count = 0;   ///< bytes_list only: total bytes of all values
-  /// The Feature message from its first list field of `kind` on (earlier fields of another kind
-  /// were overridden), and that span's offset in the Example.
-  std::string_view body;
-  std::size_t body_offset = 0;
+  /// The map entry's bytes (its value fields may be several Feature messages, merged), and the
+  /// offset in them of the first list field whose values count: earlier lists of another kind
+  /// were replaced by a later member of the oneof.
+  std::string_view entry;
+  std::size_t first_list = 0;
 };
 
 /// Validates the whole Example and lists its features in wire order into `out` (cleared first;

@@ -153,6 +153,80 @@ TEST_CASE("repeated messages merge, a repeated key keeps its last entry, the las
   CHECK(switched->find("m")->values == feature::floats({9.0f}).values);
 }
 
+TEST_CASE("a map entry's value field given twice merges: lists append, another kind replaces", "[cpu]") {
+  // protobuf merges a message field that appears more than once; keeping only the last Feature
+  // would drop values silently.
+  auto two_values = [](const std::string& key, const std::string& first, const std::string& second) {
+    return example_of(len_field(1, len_field(1, key) + len_field(2, first) + len_field(2, second)));
+  };
+  auto floats = af::decode_example(two_values("f", len_field(2, fixed32_field(1, 1.0f) + fixed32_field(1, 2.0f)),
+                                              len_field(2, fixed32_field(1, 3.0f))));
+  REQUIRE(floats.has_value());
+  CHECK(floats->find("f")->values == feature::floats({1.0f, 2.0f, 3.0f}).values);
+
+  auto bytes = af::decode_example(two_values("b", len_field(1, len_field(1, "x")), len_field(1, len_field(1, "yz"))));
+  REQUIRE(bytes.has_value());
+  CHECK(bytes->find("b")->values == feature::bytes({"x", "yz"}).values);
+
+  // The second Feature holds another member of the oneof: it replaces the first.
+  auto replaced = af::decode_example(two_values("r", len_field(3, varint_field(1, 4)), len_field(2, fixed32_field(1, 5.0f))));
+  REQUIRE(replaced.has_value());
+  CHECK(replaced->find("r")->values == feature::floats({5.0f}).values);
+
+  // An empty second Feature changes nothing; the key may sit between or after the values.
+  std::string ints = len_field(3, varint_field(1, 7) + len_field(1, varint(8) + varint(9)));
+  auto keyed_between = af::decode_example(
+      example_of(len_field(1, len_field(2, ints) + len_field(1, "i") + len_field(2, "") + len_field(2, len_field(3, varint_field(1, 10))))));
+  REQUIRE(keyed_between.has_value());
+  CHECK(keyed_between->find("i")->values == feature::int64s({7, 8, 9, 10}).values);
+
+  // Views copy the same merged values, and count them.
+  std::vector<af::feature_view> views;
+  const std::string wire = two_values("f", len_field(2, fixed32_field(1, 1.0f)), len_field(2, fixed32_field(1, 3.0f)));
+  REQUIRE(af::scan_example(wire, views));
+  REQUIRE(views.size() == 1);
+  CHECK(views[0].count == 2);
+  float copied[2] = {};
+  af::copy_floats(views[0], copied);
+  CHECK(copied[0] == 1.0f);
+  CHECK(copied[1] == 3.0f);
+}
+
+TEST_CASE("groups and known fields of an unexpected wire type are unknown fields, skipped", "[cpu]") {
+  // A group, nested groups included, at every level of the message tree.
+  const std::string group = tag(20, 3) + varint_field(1, 5) + tag(21, 3) + len_field(2, "in") + tag(21, 4) +
+                            fixed32_field(3, 1.0f) + tag(20, 4);
+  std::string values = group + fixed32_field(1, 1.5f) + group + fixed32_field(1, 2.5f);
+  std::string feature_msg = group + len_field(2, values) + group;
+  std::string entry_msg = group + len_field(1, "f") + group + len_field(2, feature_msg) + group;
+  auto grouped = af::decode_example(group + len_field(1, group + len_field(1, entry_msg) + group) + group);
+  INFO((grouped ? std::string() : grouped.error_value().message));
+  REQUIRE(grouped.has_value());
+  CHECK(grouped->find("f")->values == feature::floats({1.5f, 2.5f}).values);
+
+  // Known field numbers with wire types their declared types cannot have: skipped, not errors.
+  const std::string odd_values = varint_field(1, 7) + fixed32_field(1, 0.5f) + tag(1, 1) + std::string(8, '\x02');
+  std::string odd = varint_field(1, 5) +                              // Example.features as a varint
+                    len_field(1, fixed32_field(1, 1.0f) +             // Features.feature as a float
+                                     len_field(1, varint_field(1, 3) +  // key as a varint
+                                                      len_field(1, "k") + fixed32_field(2, 2.0f) +  // value as a float
+                                                      len_field(2, varint_field(3, 1) +             // int64_list as a varint
+                                                                       len_field(3, odd_values))));
+  auto skipped = af::decode_example(odd);
+  INFO((skipped ? std::string() : skipped.error_value().message));
+  REQUIRE(skipped.has_value());
+  REQUIRE(skipped->features.size() == 1);
+  // Only the varint 7 is an int64 value; the float and the 64-bit field are unknown to Int64List.
+  CHECK(skipped->find("k")->values == feature::int64s({7}).values);
+
+  // A float_list with a varint value keeps only its floats; a bytes_list ignores a varint.
+  auto lists = af::decode_example(example_of(entry("f", len_field(2, varint_field(1, 1) + fixed32_field(1, 4.0f))) +
+                                             entry("b", len_field(1, varint_field(1, 1) + len_field(1, "ok")))));
+  REQUIRE(lists.has_value());
+  CHECK(lists->find("f")->values == feature::floats({4.0f}).values);
+  CHECK(lists->find("b")->values == feature::bytes({"ok"}).values);
+}
+
 TEST_CASE("scan_example gives views that copy values straight from the wire", "[cpu]") {
   std::string wire = af::encode_example(sample());
   std::vector<af::feature_view> views;
@@ -205,19 +279,23 @@ TEST_CASE("malformed wire bytes give errors naming the field path and the offset
   std::string cut = example_of(entry("n", len_field(3, std::string("\x08\xff", 2))));
   CHECK(contains(decode_error(cut), "features.feature['n'].int64_list.value: truncated or overlong varint"));
 
-  // Wrong wire types for known fields.
-  CHECK(contains(decode_error(varint_field(1, 5)), "features: wire type 0 (varint), expected 2"));
-  CHECK(contains(decode_error(example_of(entry("f", len_field(2, varint_field(1, 5))))),
-                 "features.feature['f'].float_list.value: wire type 0 (varint), expected 5 (32-bit) or 2 (packed)"));
-  CHECK(contains(decode_error(example_of(entry("f", varint_field(2, 1)))), "features.feature['f'].float_list: wire type 0"));
-  CHECK(contains(decode_error(example_of(len_field(1, varint_field(1, 3)))), "features.feature[#0].key: wire type 0"));
-
-  // Packed floats must be whole floats; invalid wire types, field 0 and groups are refused.
+  // Packed floats must be whole floats; invalid wire types, field 0 and broken groups are refused.
   CHECK(contains(decode_error(example_of(entry("f", len_field(2, len_field(1, "abcde"))))),
                  "packed float length 5 is not a multiple of 4"));
   CHECK(contains(decode_error(tag(3, 7)), "invalid wire type 7 at offset 0"));
   CHECK(contains(decode_error(std::string("\x00\x01", 2)), "invalid field number 0"));
-  CHECK(contains(decode_error(tag(5, 3)), "group wire type is not supported"));
+  CHECK(contains(decode_error(tag(5, 3)), "field_5: group has no end-group tag at offset 0"));
+  CHECK(contains(decode_error(tag(5, 4)), "field_5: end-group tag without a start-group at offset 0"));
+  CHECK(contains(decode_error(tag(5, 3) + varint_field(1, 1) + tag(6, 4)),
+                 "field_5: group ends with the end-group tag of field 6 at offset 3"));
+  CHECK(decode_error(example_of(entry("g", len_field(3, tag(9, 3))))) ==
+        "features.feature['g'].int64_list.field_9: group has no end-group tag at offset 11");
+  std::string deep, closing;
+  for (int i = 0; i < 101; ++i) {
+    deep += tag(7, 3);
+    closing += tag(7, 4);
+  }
+  CHECK(contains(decode_error(deep + closing), "groups nested deeper than 100"));
   CHECK(contains(decode_error(std::string("\x0a", 1)), "truncated or overlong length varint at offset 0"));
   CHECK(contains(decode_error(std::string(11, '\xff')), "truncated or overlong tag varint"));
   CHECK(contains(decode_error(tag(9, 5) + "ab"), "field_9: 4-byte value runs past the end"));
