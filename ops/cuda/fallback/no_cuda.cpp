@@ -15,4 +15,9 @@ expected<std::string> compile_to_ptx(const std::string&, const std::string& prog
                                            "': actorflow was built without CUDA");
 }
 
+expected<kernel_timing> run_fused_kernel(const std::string&, const std::string& name,
+                                         const std::vector<kernel_input>&, void*, std::size_t, std::size_t, int) {
+  return make_error(errc::unsupported, "cuda: cannot run '" + name + "': actorflow was built without CUDA");
+}
+
 }  // namespace af::gpu
