@@ -24,6 +24,7 @@
 
 #include "actors/runtime.hpp"
 #include "bench_common.hpp"
+#include "../tests/support/cpu_burn.hpp"
 #include "ops/allocator.hpp"
 #include "pipeline/dataset.hpp"
 #include "pipeline/element_ops.hpp"
@@ -157,9 +158,7 @@ int64_t run_pipeline(runtime& rt, const std::vector<std::string>& files, int64_t
 double burn_rate(runtime& rt, int64_t n, int64_t parallelism) {
   auto ds = data::dataset::range(n)
                 .map([](element e) -> expected<element> {
-                  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-                  volatile uint64_t spin = 0;
-                  while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+                  af::testing::burn_cpu(std::chrono::milliseconds(1));
                   return e;
                 }, parallelism)
                 .prefetch(data::autotune);

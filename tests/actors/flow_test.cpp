@@ -14,6 +14,7 @@
 #include "actors/runtime.hpp"
 #include "actors/stage.hpp"
 #include "stage_test_util.hpp"
+#include "../support/cpu_burn.hpp"
 
 namespace {
 
@@ -36,9 +37,7 @@ struct jitter {
       std::this_thread::sleep_for(std::chrono::microseconds(100 + us));
       return;
     }
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-    while (std::chrono::steady_clock::now() < until) {
-    }
+    af::testing::burn_cpu(std::chrono::microseconds(us));
   }
 };
 

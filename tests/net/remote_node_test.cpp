@@ -103,7 +103,7 @@ TEST_CASE("a sender streams views and 4 MiB tensors to a peer that checksums eve
   CHECK(stats.max_in_flight <= 2);
 }
 
-TEST_CASE("with a consumer that takes nothing the sender stops after exactly the window", "[net]") {
+TEST_CASE("with a consumer that takes nothing the sender stops after exactly the window", "[net][timing]") {
   af::runtime rt{node_options()};
   peer_process peer{{"receive", "--window", "3", "--hold"}};
   const uint16_t port = start_receiver(peer);
@@ -126,7 +126,7 @@ TEST_CASE("with a consumer that takes nothing the sender stops after exactly the
   CHECK(stats.acknowledged == 0);
 }
 
-TEST_CASE("a receiver killed mid-transfer fails the pending send promptly with peer_down naming it", "[net]") {
+TEST_CASE("a receiver killed mid-transfer fails the pending send promptly with peer_down naming it", "[net][timing]") {
   auto transport = GENERATE(af::bulk_transport::tcp_socket, af::bulk_transport::caf_messages);
   INFO("transport " << (transport == af::bulk_transport::tcp_socket ? "tcp" : "caf"));
   af::runtime rt{node_options()};
@@ -160,7 +160,7 @@ TEST_CASE("a receiver killed mid-transfer fails the pending send promptly with p
   CHECK(later.error_value().code == af::errc::peer_down);
 }
 
-TEST_CASE("a sender killed mid-stream fails the receiver's next() promptly with peer_down", "[net]") {
+TEST_CASE("a sender killed mid-stream fails the receiver's next() promptly with peer_down", "[net][timing]") {
   auto transport = GENERATE(std::string("tcp"), std::string("caf"));
   af::runtime rt{node_options()};
   auto rx = af::remote_receiver::listen(rt, 0);

@@ -4,6 +4,7 @@
 
 #include "pipeline/iterator.hpp"
 #include "pipeline_test_util.hpp"
+#include "../support/cpu_burn.hpp"
 
 using namespace af;
 using namespace af::data;
@@ -13,9 +14,7 @@ namespace {
 
 // Burns `micros` of CPU (not sleep: the scheduler must see real work).
 expected<element> burn(element e, int64_t micros) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
-  volatile uint64_t x = 0;
-  while (std::chrono::steady_clock::now() < until) x = x + 1;
+  af::testing::burn_cpu(std::chrono::microseconds(micros));
   return e;
 }
 

@@ -10,6 +10,7 @@
 
 #include "pipeline/profiler.hpp"
 #include "pipeline_test_util.hpp"
+#include "../support/cpu_burn.hpp"
 
 using namespace af;
 using namespace af::data;
@@ -21,9 +22,7 @@ TEST_CASE("the profiler reports the slow stage as the bottleneck and writes a Ch
                 .map([](element e) -> expected<element> { return e; }, 1, true, "cheap")
                 .batch(1)
                 .map([](element e) -> expected<element> {
-                  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(800);
-                  volatile uint64_t x = 0;
-                  while (std::chrono::steady_clock::now() < until) x = x + 1;
+                  af::testing::burn_cpu(std::chrono::microseconds(800));
                   return e;
                 }, 1, true, "slow");
   auto it = ds.iterate(rt);
@@ -49,9 +48,7 @@ TEST_CASE("an interleave's children show as one profile row that holds their wor
   auto ds = dataset::range(4).interleave([](const element& which) -> expected<dataset> {
     const int64_t base = which.find("value")->item<int64_t>() * 50;
     return dataset::range(base, base + 50).map([](element e) -> expected<element> {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(400);
-      volatile uint64_t x = 0;
-      while (std::chrono::steady_clock::now() < until) x = x + 1;
+      af::testing::burn_cpu(std::chrono::microseconds(400));
       return e;
     });
   }, 2);
