@@ -59,7 +59,9 @@ struct sender_gate {
   }
   void fail(error err) {
     std::lock_guard guard{mutex};
-    if (!failure) failure = std::move(err);
+    // Once the receiver confirmed the end, the stream is complete: the receiver's exit right after
+    // (a down message that may arrive before finish() wakes up) is no failure of this stream.
+    if (!failure && !done) failure = std::move(err);
     changed.notify_all();
   }
   // Waits until `pred` holds or the gate failed or the deadline passed (then timeout: `what`).

@@ -226,3 +226,24 @@ TEST_CASE("a runtime without the middleman refuses to listen or connect", "[net]
   REQUIRE_FALSE(tx);
   CHECK(tx.error_value().code == af::errc::unsupported);
 }
+
+TEST_CASE("a receiver that exits right after the end of the stream leaves the sender's finish() successful", "[net]") {
+  // The peer confirms the end, then exits: its control actor goes down. Over the network both
+  // reach the sender's control actor back to back; the confirmation must win even when finish()
+  // wakes after both (it used to report peer_down then, in about one round of five, for a stream
+  // that had arrived complete).
+  af::runtime rt{node_options()};
+  const auto payload = af::tensor::zeros({256}, af::dtype::f32).value();
+  for (int round = 0; round < 60; ++round) {
+    INFO("round " << round);
+    peer_process peer{{"receive"}};
+    const uint16_t port = start_receiver(peer);
+    auto tx = af::remote_sender::connect(rt, "127.0.0.1", port);
+    REQUIRE(tx);
+    for (int i = 0; i < 3; ++i) REQUIRE(tx->send(payload));
+    auto finished = tx->finish();
+    INFO((finished ? std::string{} : finished.error_value().to_string()));
+    CHECK(finished);
+    CHECK(peer.wait() == 0);
+  }
+}
