@@ -19,6 +19,7 @@
 #include "actors/stage.hpp"
 #include "actors/tracing.hpp"
 #include "apps/commands.hpp"
+#include "apps/parse_count.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/linalg.hpp"
 #include "ops/random.hpp"
@@ -55,10 +56,14 @@ int run_topology_demo(int argc, char** argv) {
   int64_t batches = 400;
   std::string trace_path = "actorflow_topology_trace.json";
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--batches") == 0 && i + 1 < argc) batches = std::atoll(argv[++i]);
-    else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: actorflow topology-demo [--batches N] [--trace FILE]\n");
+    const std::optional<int64_t> count = i + 1 < argc ? parse_count(argv[i + 1]) : std::nullopt;
+    if (std::strcmp(argv[i], "--batches") == 0 && count) {
+      batches = *count;
+      ++i;
+    } else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) {
+      trace_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: actorflow topology-demo [--batches N (1 or more)] [--trace FILE]\n");
       return 2;
     }
   }

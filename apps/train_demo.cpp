@@ -11,6 +11,7 @@
 #include "actors/runtime.hpp"
 #include "actors/tracing.hpp"
 #include "apps/commands.hpp"
+#include "apps/parse_count.hpp"
 #include "serialization/digits.hpp"
 #include "strategies/callbacks.hpp"
 #include "strategies/digits.hpp"
@@ -42,11 +43,16 @@ int run_demo(int argc, char** argv) {
   std::string dir = "data/digits", trace_path = "actorflow_demo_trace.json";
   int epochs = 12;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--data") == 0 && i + 1 < argc) dir = argv[++i];
-    else if (std::strcmp(argv[i], "--epochs") == 0 && i + 1 < argc) epochs = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) trace_path = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: actorflow demo [--data DIR] [--epochs N] [--trace FILE]\n");
+    const std::optional<int64_t> count = i + 1 < argc ? parse_count(argv[i + 1]) : std::nullopt;
+    if (std::strcmp(argv[i], "--data") == 0 && i + 1 < argc) {
+      dir = argv[++i];
+    } else if (std::strcmp(argv[i], "--epochs") == 0 && count && *count <= 10000) {
+      epochs = static_cast<int>(*count);
+      ++i;
+    } else if (std::strcmp(argv[i], "--trace") == 0 && i + 1 < argc) {
+      trace_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: actorflow demo [--data DIR] [--epochs N (1 to 10000, default 12)] [--trace FILE]\n");
       return 2;
     }
   }
