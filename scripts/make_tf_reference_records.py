@@ -5,7 +5,12 @@ Usage: scripts/make_tf_reference_records.py [OUTPUT_DIR]   (default: tests/data/
 
 The files are written by tf.io.TFRecordWriter (uncompressed, GZIP and ZLIB) and hold
 tf.train.Example records serialized by TensorFlow's protobuf, plus raw (non-Example) payloads and
-files with no records. expected.json describes what each file must decode to, so the C++ test
+files with no records. The Examples are written twice: examples.tfrecord* with SerializeToString()
+(map entries in the order of TensorFlow's hash map), examples_deterministic.tfrecord* with
+SerializeToString(deterministic=True) (map entries sorted by key bytes, except that protobuf's upb
+puts a key after the keys it is a prefix of: "ab" before "a"). The default order changes from run
+to run (upb's hash table is seeded per process), so regenerating rewrites examples.tfrecord*. expected.json describes what each file must decode to
+("examples", shared by the Example files, which mark themselves with "serialization"), so the C++ test
 checks our reader and Example decoder against TensorFlow's writer and encoder, and our writer
 against TensorFlow's bytes (the uncompressed format is deterministic).
 
@@ -44,9 +49,27 @@ def main() -> int:
          "ids": ("int64", [0, 1, 127, 128, 2**40, -2**63, 2**63 - 1]), "scores": ("float", [])},
         {"label": ("int64", []), "empty_bytes": ("bytes", []), "pi": ("float", [3.14159265])},
         {},
+        # Several features of every kind in one Example: TensorFlow's default serialization orders
+        # the map entries as its hash table holds them, the deterministic one by key bytes. Keys
+        # whose byte order is not their alphabetical one ("B" < "a" < "a/b" < "ab" < "\u00e9t\u00e9"),
+        # keys that are prefixes of others ("a" of "ab" and "a/b"), a Feature with no list set, an
+        # empty list of each kind. The next Example's keys are prefix-free, with long lists
+        # (multi-byte lengths).
+        {"a": ("bytes", [b"x"]), "ab": ("float", [1.5, -0.0, 2.5e-38]), "a/b": ("int64", [5, -5]),
+         "B": ("int64", [2**31, -2**31 - 1]), "zeta": ("bytes", [b"", b"\x00" * 3, "\u00e9t\u00e9".encode()]),
+         "\u00e9t\u00e9": ("float", [1.0]), "unset": ("none", []),
+         "empty_f": ("float", []), "empty_i": ("int64", []), "empty_b": ("bytes", [])},
+        {"image/encoded": ("bytes", [bytes((i * 37) % 256 for i in range(300))]),
+         "image/shape": ("int64", [10, 10, 3]), "image/class/label": ("int64", [7]),
+         "image/object/bbox": ("float", [i / 64.0 - 1.0 for i in range(200)]),
+         "ids": ("int64", [(-1) ** i * 3**i for i in range(40)]),
+         "tokens": ("bytes", [f"token{i}".encode() for i in range(150)]),
+         "weights": ("float", [f32(1.0 / (i + 1)) for i in range(33)])},
     ]
 
     def to_feature(kind, values):
+        if kind == "none":
+            return tf.train.Feature()
         if kind == "bytes":
             return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
         if kind == "float":
@@ -54,6 +77,8 @@ def main() -> int:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
 
     def to_json(kind, values):
+        if kind == "none":
+            return {}
         if kind == "bytes":
             return {"bytes_list": [base64.b64encode(v).decode() for v in values]}
         if kind == "float":
@@ -61,11 +86,15 @@ def main() -> int:
         return {"int64_list": values}
 
     serialized = []
+    deterministic = []  # map entries sorted by key: comparable byte for byte with our encoder
     described = []
     for ex in examples:
         proto = tf.train.Example(features=tf.train.Features(
             feature={name: to_feature(kind, values) for name, (kind, values) in ex.items()}))
         serialized.append(proto.SerializeToString())
+        deterministic.append(proto.SerializeToString(deterministic=True))
+        assert tf.train.Example.FromString(deterministic[-1]) == proto
+        assert len(deterministic[-1]) == len(serialized[-1])
         described.append({name: to_json(kind, values) for name, (kind, values) in ex.items()})
 
     raw = [b"", b"a", bytes(range(256)), b"x" * 1000]
@@ -73,8 +102,9 @@ def main() -> int:
     files = {}
     options = {"none": None, "gzip": "GZIP", "zlib": "ZLIB"}
     suffix = {"none": "", "gzip": ".gz", "zlib": ".zz"}
-    for name, payloads, kind in (("examples.tfrecord", serialized, "examples"), ("raw.tfrecord", raw, "raw"),
-                                 ("empty.tfrecord", [], "raw")):
+    for name, payloads, kind in (("examples.tfrecord", serialized, "examples"),
+                                 ("examples_deterministic.tfrecord", deterministic, "examples"),
+                                 ("raw.tfrecord", raw, "raw"), ("empty.tfrecord", [], "raw")):
         for compression, tf_name in options.items():
             file_name = name + suffix[compression]
             with tf.io.TFRecordWriter(os.path.join(out_dir, file_name), options=tf_name) as writer:
@@ -83,7 +113,7 @@ def main() -> int:
             entry = {"compression": compression, "count": len(payloads),
                      "payloads": [base64.b64encode(p).decode() for p in payloads]}
             if kind == "examples":
-                entry["examples"] = described
+                entry["serialization"] = "deterministic" if payloads is deterministic else "default"
             files[file_name] = entry
 
     # TensorFlow's own reader agrees with what we wrote (a check on this script, not on actorflow).
@@ -93,7 +123,8 @@ def main() -> int:
         assert [base64.b64encode(g).decode() for g in got] == entry["payloads"], file_name
 
     with open(os.path.join(out_dir, "expected.json"), "w") as f:
-        json.dump({"tensorflow_version": tf.__version__, "files": files}, f, indent=1, sort_keys=True)
+        json.dump({"tensorflow_version": tf.__version__, "examples": described, "files": files}, f, indent=1,
+                  sort_keys=True)
         f.write("\n")
     print(f"wrote {len(files)} TFRecord files and expected.json to {out_dir} (tensorflow {tf.__version__})")
     return 0
