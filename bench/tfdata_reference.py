@@ -38,7 +38,8 @@ concurrently too). The per-element layouts keep a deterministic order, as bench_
 num_parallel_calls and prefetch instead of T and 4. The expert layout always uses AUTOTUNE and
 deterministic=False. After a warm-up pass, full passes are timed two ways, alternating: iterating
 in Python (`for batch in ds`) and in-graph with `ds.reduce`; a layout's figure is its faster loop's
-median, and elements_per_s the fastest layout's. The last line printed is a JSON object.
+median, and elements_per_s the fastest layout's; cpu_us_per_element is the CPU time of the whole
+process (every thread) per element in the same passes. The last line printed is a JSON object.
 """
 import argparse
 import glob
@@ -185,24 +186,34 @@ def main():
             if seen != records:
                 sys.exit("tfdata_reference: the variants saw different record counts")
     times = {(name, loop): [] for name in layouts for loop in (python_loop, graph_loop)}
+    cpu_times = {key: [] for key in times}
     for _ in range(reps):
         for (name, loop), ts in times.items():  # alternate so machine noise hits all alike
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             seen = loop(layouts[name])
             ts.append(time.perf_counter() - start)
+            cpu_times[(name, loop)].append(time.process_time() - cpu_start)  # every thread of the process
             if seen != records:
                 sys.exit(f"tfdata_reference: saw {seen} of {records} records")
     rates = {(name, loop.__name__): records / statistics.median(ts) for (name, loop), ts in times.items()}
+    # CPU per element, like bench_pipeline's cpu_us_per_element: on a loaded machine it moves less
+    # than the wall-clock rate, which shows how much of a slow run was waiting for a core.
+    cpu_us = {(name, loop.__name__): 1e6 * statistics.median(cs) / records for (name, loop), cs in cpu_times.items()}
     best = max(rates, key=rates.get)
     per_layout = {name: max(rate for (n, _), rate in rates.items() if n == name) for name in layouts}
+    per_layout_cpu_us = {name: cpu_us[max(((n, loop) for (n, loop) in rates if n == name), key=rates.get)]
+                         for name in layouts}
     mode = "autotune" if args.autotune else "explicit"
     for (name, loop), rate in rates.items():
         how = "AUTOTUNE, deterministic=False" if name == "expert" else f"{mode}, deterministic"
-        print(f"tf.data ({name}, {how}, {loop}): {rate:.0f} elements/s on {args.threads} threads (median of {reps})")
+        print(f"tf.data ({name}, {how}, {loop}): {rate:.0f} elements/s, {cpu_us[(name, loop)]:.1f} us CPU per element "
+              f"on {args.threads} threads (median of {reps})")
     print(json.dumps({"bench": "tfdata_reference", "tensorflow": tf.__version__, "threads": args.threads,
                       "records": records, "mode": mode, "reps": reps,
                       "elements_per_s": round(rates[best], 1), "fastest": f"{best[0]}, {best[1]}",
+                      "cpu_us_per_element": round(cpu_us[best], 2),
                       **{f"elements_per_s_{name}": round(rate, 1) for name, rate in per_layout.items()},
+                      **{f"cpu_us_per_element_{name}": round(us, 2) for name, us in per_layout_cpu_us.items()},
                       **{f"elements_per_s_{name}_{loop}": round(rate, 1) for (name, loop), rate in rates.items()}}))
     return 0
 
