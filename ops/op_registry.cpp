@@ -338,7 +338,10 @@ void register_random(op_registry& r) {
       {"random_uniform", &random_uniform, "low", 0.0, "high", 1.0},
       {"random_normal", &random_normal, "mean", 0.0, "stddev", 1.0}};
   for (auto [name, sample, first, first_default, second, second_default] : ops)
-    r.add(name, [=](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
+    // Captured by name: clang before 16 cannot capture structured bindings (a C++20 addition).
+    r.add(name, [name = name, sample = sample, first = first, first_default = first_default, second = second,
+                 second_default = second_default](const std::vector<tensor>& in,
+                                                  const op_attrs& a) -> expected<std::vector<tensor>> {
       AF_TRY(expect_inputs(name, in, 0));
       AF_TRY_ASSIGN(auto dims, a.get_ints("shape"));
       AF_TRY_ASSIGN(auto seed, a.get_int("seed", 0));

@@ -54,7 +54,26 @@ class trace_error : public std::exception {
   error err_;
 };
 
+#if defined(__cpp_lib_source_location)
 using where_from = std::source_location;
+#else
+/// clang before 15 lacks __builtin_source_location, so libstdc++'s <source_location> is empty under
+/// it (the fuzz tree builds with clang 14). The two facts we report come from builtins that, as
+/// default arguments, name the call site just as std::source_location::current() does.
+class where_from {
+ public:
+  static constexpr where_from current(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) noexcept {
+    return where_from(file, line);
+  }
+  constexpr const char* file_name() const noexcept { return file_; }
+  constexpr unsigned line() const noexcept { return line_; }
+
+ private:
+  constexpr where_from(const char* file, unsigned line) noexcept : file_(file), line_(line) {}
+  const char* file_;
+  unsigned line_;
+};
+#endif
 
 /// Throws the trace_error of a check that failed in a call made at `from`: the message ends in
 /// "(at file.cpp:12)". For functions that build on syms (losses, optimizers) and check their inputs.
