@@ -138,6 +138,55 @@ TEST_CASE("a deterministic parallel map equals the sequential map for any parall
   }
 }
 
+TEST_CASE("without determinism a fast element overtakes a slow one; with it, order holds", "[actors]") {
+  af::runtime rt{{.scheduler_threads = 2}};
+  // Element 0's call waits until the test has received a later element (or 10 s pass): an
+  // unordered map must deliver the later one meanwhile, with no timing luck involved.
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool later_seen = false;
+  auto slow_first = [&](af::element e) -> af::expected<std::vector<af::element>> {
+    if (value_of(e) == 0) {
+      std::unique_lock<std::mutex> lock{mtx};
+      cv.wait_for(lock, std::chrono::seconds(10), [&] { return later_seen; });
+    }
+    return plus_one(std::move(e));
+  };
+  auto unordered = af::pipeline::from_generator("source", counting(4, std::make_shared<std::atomic<int64_t>>(0)), {})
+                       .parallel_map("pmap", slow_first, {.parallelism = 2, .deterministic = false});
+  auto stream = af::iterate(rt, unordered, {.name = "reader"});
+  std::vector<int64_t> got;
+  for (int i = 0; i < 4; ++i) {
+    auto e = stream.next();
+    REQUIRE(e);
+    REQUIRE(e->has_value());
+    got.push_back(value_of(**e));
+    if (i == 0) {
+      std::lock_guard<std::mutex> lock{mtx};
+      later_seen = true;
+      cv.notify_all();
+    }
+  }
+  CHECK(got.front() != 1);  // element 0 (value 1) was overtaken
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<int64_t>{1, 2, 3, 4});
+
+  // The same slow first element under a deterministic map: it still comes first.
+  auto slow_by_time = [](af::element e) -> af::expected<std::vector<af::element>> {
+    if (value_of(e) == 0) burn_cpu(std::chrono::milliseconds(30));
+    return plus_one(std::move(e));
+  };
+  auto ordered = af::pipeline::from_generator("source", counting(4, std::make_shared<std::atomic<int64_t>>(0)), {})
+                     .parallel_map("pmap", slow_by_time, {.parallelism = 2, .deterministic = true});
+  auto in_order = af::iterate(rt, ordered, {.name = "reader"});
+  for (int64_t want = 1; want <= 4; ++want) {
+    auto e = in_order.next();
+    REQUIRE(e);
+    REQUIRE(e->has_value());
+    CHECK(value_of(**e) == want);
+  }
+}
+
 TEST_CASE("an unordered parallel map delivers the same multiset as the sequential map", "[actors]") {
   af::runtime rt{{.scheduler_threads = 2}};
   for (uint32_t seed = 101; seed <= 130; ++seed) {

@@ -131,6 +131,38 @@ TEST_CASE("gradient clipping by value, by norm and by global norm", "[train][opt
   check_close_vec(one_step({.global_norm = 2.0}), {-3.0 * 2 / norm, 4.0 * 2 / norm, -0.5 * 2 / norm});
 }
 
+TEST_CASE("global-norm clipping scales every variable by the one norm of all gradients together", "[train][optimizers]") {
+  // Three variables: clipping each by its own norm would give other directions than the joint
+  // norm does (tf.clip_by_global_norm), so per-variable scaling cannot pass this test.
+  const std::vector<vec> grads = {{3.0, -4.0}, {12.0}, {0.0, 0.0, 1.0}};
+  const double joint = std::sqrt(9.0 + 16.0 + 144.0 + 1.0);  // sqrt(170)
+  auto one_step = [&](optimizers::clipping clip) {
+    const optimizer opt = optimizer::sgd({.clip = clip});
+    function step{[&](const syms& in) { return opt.apply({in[0], in[1], in[2]}, {in[3], in[4], in[5]}, {}, in[6], in[7]).variables; }};
+    std::vector<tensor> args;
+    for (const auto& g : grads) args.push_back(tensor::from_vector<double>(vec(g.size(), 0.0), {static_cast<int64_t>(g.size())}));
+    for (const auto& g : grads) args.push_back(tensor::from_vector<double>(g, {static_cast<int64_t>(g.size())}));
+    args.push_back(tensor::scalar(1.0));
+    args.push_back(tensor::scalar(0.0));
+    auto out = step(args);
+    if (!out) FAIL(out.error_value().to_string());
+    std::vector<vec> updated;
+    for (const auto& t : *out) updated.push_back(t.to_vector<double>());
+    return updated;
+  };
+  const auto clipped = one_step({.global_norm = 5.0});
+  REQUIRE(clipped.size() == 3);
+  const double scale = 5.0 / joint;
+  check_close_vec(clipped[0], {-3.0 * scale, 4.0 * scale});
+  check_close_vec(clipped[1], {-12.0 * scale});
+  check_close_vec(clipped[2], {0.0, 0.0, -1.0 * scale});
+  // Below the limit nothing changes.
+  const auto kept = one_step({.global_norm = 20.0});
+  check_close_vec(kept[0], {-3.0, 4.0});
+  check_close_vec(kept[1], {-12.0});
+  check_close_vec(kept[2], {0.0, 0.0, -1.0});
+}
+
 TEST_CASE("an optimizer given gradients or slots that do not fit fails the trace naming them", "[train][optimizers]") {
   const optimizer opt = optimizer::adam();
   auto fails = [&](const function::body& body, const std::vector<tensor>& args, const std::string& expect) {
