@@ -349,33 +349,43 @@ expected<std::vector<index_entry>> parse_index(const std::string& path, std::str
   const uint64_t count = c.uint(4);
   data_bytes = c.uint(8);
   std::vector<index_entry> entries;
+  // Names are unique, as save() makes them: with a name twice, find() would hide one tensor.
+  std::map<std::string_view, uint64_t> entry_of_name;  // views into `bytes`
   for (uint64_t i = 0; i < count; ++i) {
     const std::string which = std::string{"entry "} + std::to_string(i);
     index_entry e;
     if (!c.has(4)) return corrupt(path, which + ": truncated before its name");
     const uint64_t name_len = c.uint(4);
     if (!c.has(name_len + 2)) return corrupt(path, which + ": truncated inside its name");
-    e.name = std::string{c.take(static_cast<std::size_t>(name_len))};
+    const std::string_view name = c.take(static_cast<std::size_t>(name_len));
+    e.name = std::string{name};
     const std::string tensor_name = "tensor '" + e.name + "' (" + which + ")";
+    if (auto [first, fresh] = entry_of_name.emplace(name, i); !fresh)
+      return corrupt(path, tensor_name + ": the name of entry " + std::to_string(first->second) + " again");
     auto type = dtype_from_code(static_cast<uint32_t>(c.uint(1)));
     if (!type) return corrupt(path, tensor_name + ": " + type.error_value().message);
     e.type = *type;
     const uint64_t ndim = c.uint(1);
     if (ndim > max_ndim) return corrupt(path, tensor_name + ": " + std::to_string(ndim) + " dimensions");
     if (!c.has(ndim * 8 + 20)) return corrupt(path, tensor_name + ": truncated");
-    uint64_t elements = 1;
+    // The byte size, bounded by 2^62 at every step (the element size included: [2^61] of f64 must
+    // not wrap around to 0 bytes), so that numel and nbytes of the tensor never overflow either.
+    uint64_t byte_size = size_of(e.type);
     bool too_big = false;
     for (uint64_t d = 0; d < ndim; ++d) {
       const auto dim = static_cast<int64_t>(c.uint(8));
       if (dim < 0) return corrupt(path, tensor_name + ": negative dimension " + std::to_string(dim));
       e.dims.push_back(dim);
-      if (dim != 0 && elements > (uint64_t{1} << 62) / static_cast<uint64_t>(dim)) too_big = true;
-      elements *= static_cast<uint64_t>(dim);
+      if (dim != 0 && byte_size > (uint64_t{1} << 62) / static_cast<uint64_t>(dim)) too_big = true;
+      byte_size *= static_cast<uint64_t>(dim);
     }
     e.offset = c.uint(8);
     e.nbytes = c.uint(8);
     e.crc = static_cast<uint32_t>(c.uint(4));
-    if (too_big || elements * size_of(e.type) != e.nbytes)
+    if (too_big)
+      return corrupt(path, tensor_name + ": shape " + to_string(e.dims) + " of " + std::string{to_string(e.type)} +
+                               " is too large (over 2^62 bytes)");
+    if (byte_size != e.nbytes)
       return corrupt(path, tensor_name + ": shape " + to_string(e.dims) + " of " + std::string{to_string(e.type)} +
                                " does not match its byte length " + std::to_string(e.nbytes));
     if (e.offset > data_bytes || e.nbytes > data_bytes - e.offset)

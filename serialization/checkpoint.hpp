@@ -58,7 +58,8 @@ expected<void> save(const std::string& dir, const checkpoint& ck);
 /// Reads the checkpoint in `dir` (or, if `dir` is missing, the newest complete `<dir>.old-*` left by
 /// a crash). Every problem is an error naming the file and what is wrong: io_error for a missing or
 /// unreadable file, malformed_input for a bad magic, a truncated file, an index or metadata digest
-/// mismatch, a tensor's digest mismatch (naming the tensor), an entry that does not fit the data.
+/// mismatch, a tensor's digest mismatch (naming the tensor), an entry that does not fit the data,
+/// a shape too large to address, a tensor name that repeats.
 expected<checkpoint> load(const std::string& dir);
 
 /// Saves `ck` as `base/ckpt-<step>` (atomically, as save()), then removes all but the newest

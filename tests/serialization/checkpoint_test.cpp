@@ -11,6 +11,7 @@
 
 #include "../support/scratch_dir.hpp"
 #include "serialization/checkpoint.hpp"
+#include "serialization/crc32c.hpp"
 
 namespace fs = std::filesystem;
 using af::dtype;
@@ -68,6 +69,32 @@ void require_load_error(const std::string& dir, errc code, const std::string& fi
   CHECK(loaded.error_value().code == code);
   CHECK(loaded.error_value().message.find(file) != std::string::npos);
   if (!also.empty()) CHECK(loaded.error_value().message.find(also) != std::string::npos);
+}
+
+void append_le(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+/// An index file (format in checkpoint.hpp) describing `copies` tensors named "t" of `type` and
+/// `dims`, each at offset 0 with `nbytes` bytes and CRC 0, in a data file of `data_bytes` bytes;
+/// its own CRC is right.
+std::string index_of_tensor(dtype type, const std::vector<int64_t>& dims, uint64_t nbytes, uint64_t data_bytes,
+                            int copies = 1) {
+  std::string index = "AFCKIDX1";
+  append_le(index, static_cast<uint64_t>(copies), 4);
+  append_le(index, data_bytes, 8);
+  for (int i = 0; i < copies; ++i) {
+    append_le(index, 1, 4);
+    index += 't';
+    index += static_cast<char>(type);
+    index += static_cast<char>(dims.size());
+    for (int64_t d : dims) append_le(index, static_cast<uint64_t>(d), 8);
+    append_le(index, 0, 8);
+    append_le(index, nbytes, 8);
+    append_le(index, 0, 4);
+  }
+  append_le(index, af::crc32c(index.data(), index.size()), 4);
+  return index;
 }
 
 std::vector<std::string> entries_of(const fs::path& dir) {
@@ -305,4 +332,31 @@ TEST_CASE("a truncated, flipped or missing checkpoint file is an error naming th
       }
     }
   }
+}
+
+TEST_CASE("an index entry whose shape needs 2^64 bytes or more is an error, not a tensor without storage", "[cpu][checkpoint]") {
+  // Found with fuzz_checkpoint: the byte size of [2^61] f64 (and [2^31, 2^31] f32) wrapped around
+  // to 0, matched the entry's 0 bytes, and load() returned a tensor of 2^61 elements over no
+  // storage at all.
+  scratch_dir dir{"af_ckpt"};
+  const std::string path = dir.file("model");
+  const std::string index = path + "/index";
+  for (const auto& [type, dims] : {std::pair{dtype::f64, std::vector<int64_t>{int64_t{1} << 61}},
+                                   std::pair{dtype::f32, std::vector<int64_t>{int64_t{1} << 31, int64_t{1} << 31}},
+                                   std::pair{dtype::u8, std::vector<int64_t>{int64_t{1} << 32, int64_t{1} << 32, 0}}}) {
+    REQUIRE(ckpt::save(path, ckpt::checkpoint{}).has_value());  // an empty data file, valid metadata
+    std::ofstream(index, std::ios::binary | std::ios::trunc) << index_of_tensor(type, dims, 0, 0);
+    require_load_error(path, errc::malformed_input, index, "tensor 't' (entry 0): shape " + af::to_string(dims) + " of " +
+                                                              std::string(af::to_string(type)) + " is too large");
+  }
+}
+
+TEST_CASE("an index naming a tensor twice is an error naming both entries", "[cpu][checkpoint]") {
+  // Found with fuzz_checkpoint: load() accepted it, find() saw only the first tensor, and saving
+  // the loaded checkpoint again failed on the repeated name.
+  scratch_dir dir{"af_ckpt"};
+  const std::string path = dir.file("model");
+  REQUIRE(ckpt::save(path, ckpt::checkpoint{}).has_value());
+  std::ofstream(path + "/index", std::ios::binary | std::ios::trunc) << index_of_tensor(dtype::u8, {0}, 0, 0, 2);
+  require_load_error(path, errc::malformed_input, path + "/index", "tensor 't' (entry 1): the name of entry 0 again");
 }
