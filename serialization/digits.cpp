@@ -67,8 +67,15 @@ expected<std::string> read_gzip_file(const std::string& path) {
     if (n == 0) break;
     out.append(buffer, static_cast<std::size_t>(n));
   }
-  if (int rc = gzclose(file); rc != Z_OK && rc != Z_BUF_ERROR)
-    return make_error(errc::malformed_input, path + ": cannot decompress (gzclose " + std::to_string(rc) + ")");
+  // Z_BUF_ERROR is zlib's "unexpected end of file": gzread handed out what it decoded and then
+  // reported a clean end, so a gzip file cut short (at a line end, even) would lose images silently.
+  const int closed = gzclose(file);
+  if (closed == Z_BUF_ERROR)
+    return make_error(errc::malformed_input,
+                      path + ": truncated gzip stream: the file ends after " + std::to_string(out.size()) +
+                          " decompressed bytes, before the end of the compressed data");
+  if (closed != Z_OK)
+    return make_error(errc::malformed_input, path + ": cannot decompress (gzclose " + std::to_string(closed) + ")");
   return out;
 }
 

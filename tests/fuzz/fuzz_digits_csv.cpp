@@ -2,11 +2,13 @@
 //
 // Input: a mode byte, then the file. Mode bit 0: gzip the file here first (the reader inflates
 // what it reads; the shipped file is gzip), so mutations of the text reach the CSV parser through
-// zlib as well. Raw bytes starting with gzip's magic reach zlib's error paths.
+// zlib as well; bit 1 then cuts 1 to 23 bytes off the end of the gzip file, which must fail.
+// Raw bytes starting with gzip's magic reach zlib's error paths.
 // Invariants: errors are malformed_input/io_error naming the file; a set that reads has n images
 // of [n,8,8,1] pixels in [0,1] and n labels in 0..9, and printed back as CSV (pixel * 16 with
 // every digit) it reads again to the same tensors, bit for bit.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -45,10 +47,15 @@ std::string as_csv(const digits::digits_set& set) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   static af::fuzz::memory_file file;
   af::fuzz::input_reader in{af::fuzz::as_chars(data, size)};
-  const bool gzip_here = in.byte() & 1;
-  file.assign(gzip_here ? af::fuzz::compress(in.rest, true) : std::string(in.rest));
+  const uint8_t mode = in.byte();
+  const bool gzip_here = mode & 1;
+  std::string contents = gzip_here ? af::fuzz::compress(in.rest, true) : std::string(in.rest);
+  const bool cut_short = gzip_here && (mode & 2);
+  if (cut_short) contents.resize(contents.size() - std::min(contents.size(), std::size_t{1} + in.rest.size() % 23));
+  file.assign(contents);
 
   auto set = digits::read_digits_csv(file.path());
+  AF_FUZZ_CHECK(!cut_short || !set, "a gzip file cut short read as " + std::to_string(set->labels.dim(0)) + " images");
   if (!set) {
     af::fuzz::check_parse_error(set.error_value(), "read_digits_csv");
     AF_FUZZ_CHECK(set.error_value().message.find(file.path()) != std::string::npos,

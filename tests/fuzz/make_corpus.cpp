@@ -273,6 +273,7 @@ void digits_seeds(const fs::path& root) {
   const std::string csv = line + "3\n" + line + "9\n";
   out.put("plain", with_mode(0, csv));
   out.put("gzip_here", with_mode(1, csv));
+  out.put("gzip_here_cut_short", with_mode(3, csv));
   std::string spaced;
   for (int i = 0; i < 64; ++i) spaced += " " + std::to_string(i % 5) + ".0 ,";
   out.put("spaces_crlf_decimal", with_mode(0, spaced + "5.0\r\n" + line + "0"));

@@ -159,6 +159,45 @@ TEST_CASE("each kind of malformed line is an error naming the file, the line and
   CHECK_THAT(error_for_line_3(dir, ""), Catch::Contains("empty line"));
 }
 
+TEST_CASE("a gzip file cut short is an error, even where the cut falls at a line end", "[cpu][digits]") {
+  // Found with fuzz_digits_csv's truncation check: zlib reports the missing end only when the file
+  // is closed, and the reader took that for a clean end, returning the images decoded so far.
+  scratch_dir dir{"af_digits"};
+  const std::string path = dir.file("cut.csv.gz");
+  // A gzip header and two lines, sync-flushed (so the deflate data for them is complete), and
+  // nothing after: a file whose third line and trailer were lost.
+  std::string cut;
+  {
+    z_stream zs{};
+    REQUIRE(deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+    std::string text = csv_line(0) + "\n" + csv_line(1) + "\n";
+    std::string out(4096, '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(text.data());
+    zs.avail_in = static_cast<uInt>(text.size());
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    REQUIRE(deflate(&zs, Z_SYNC_FLUSH) == Z_OK);
+    out.resize(out.size() - zs.avail_out);
+    deflateEnd(&zs);
+    cut = out;
+  }
+  std::ofstream(path, std::ios::binary) << cut;
+  auto set = digits::read_digits_csv(path);
+  REQUIRE_FALSE(set);
+  CHECK(set.error_value().code == errc::malformed_input);
+  CHECK_THAT(set.error_value().message, Catch::Contains(path) && Catch::Contains("truncated gzip stream"));
+
+  SECTION("and so is a complete stream without its 8-byte trailer") {
+    std::string whole = dir.file("whole.csv.gz");
+    write_gzip(whole, csv_text(3));
+    std::string bytes = read_file(whole);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 8);
+    auto no_trailer = digits::read_digits_csv(path);
+    REQUIRE_FALSE(no_trailer);
+    CHECK_THAT(no_trailer.error_value().message, Catch::Contains("truncated gzip stream"));
+  }
+}
+
 TEST_CASE("an empty or missing digits file is an error", "[cpu][digits]") {
   scratch_dir dir{"af_digits"};
   std::string empty = dir.file("empty.csv.gz");
