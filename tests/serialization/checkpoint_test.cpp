@@ -335,9 +335,9 @@ TEST_CASE("a truncated, flipped or missing checkpoint file is an error naming th
 }
 
 TEST_CASE("an index entry whose shape needs 2^64 bytes or more is an error, not a tensor without storage", "[cpu][checkpoint]") {
-  // Found with fuzz_checkpoint: the byte size of [2^61] f64 (and [2^31, 2^31] f32) wrapped around
-  // to 0, matched the entry's 0 bytes, and load() returned a tensor of 2^61 elements over no
-  // storage at all.
+  // Found while writing fuzz_checkpoint (its checks on loaded tensors): the byte size of [2^61]
+  // f64 (and [2^31, 2^31] f32) wrapped around to 0, matched the entry's 0 bytes, and load()
+  // returned a tensor of 2^61 elements over no storage at all.
   scratch_dir dir{"af_ckpt"};
   const std::string path = dir.file("model");
   const std::string index = path + "/index";
@@ -352,8 +352,8 @@ TEST_CASE("an index entry whose shape needs 2^64 bytes or more is an error, not 
 }
 
 TEST_CASE("an index naming a tensor twice is an error naming both entries", "[cpu][checkpoint]") {
-  // Found with fuzz_checkpoint: load() accepted it, find() saw only the first tensor, and saving
-  // the loaded checkpoint again failed on the repeated name.
+  // Found while writing fuzz_checkpoint (a loaded checkpoint must save again): load() accepted
+  // it, find() saw only the first tensor, and saving the loaded checkpoint failed on the name.
   scratch_dir dir{"af_ckpt"};
   const std::string path = dir.file("model");
   REQUIRE(ckpt::save(path, ckpt::checkpoint{}).has_value());

@@ -160,8 +160,9 @@ TEST_CASE("each kind of malformed line is an error naming the file, the line and
 }
 
 TEST_CASE("a gzip file cut short is an error, even where the cut falls at a line end", "[cpu][digits]") {
-  // Found with fuzz_digits_csv's truncation check: zlib reports the missing end only when the file
-  // is closed, and the reader took that for a clean end, returning the images decoded so far.
+  // Found while writing fuzz_digits_csv (its cut-short check): zlib reports the missing end only
+  // when the file is closed, and the reader took that for a clean end, returning the images
+  // decoded so far.
   scratch_dir dir{"af_digits"};
   const std::string path = dir.file("cut.csv.gz");
   // A gzip header and two lines, sync-flushed (so the deflate data for them is complete), and
