@@ -9,7 +9,7 @@
 //   bit 4     a 4 KiB read buffer (the smallest, else 64 KiB), so records beyond it take the
 //             large-record path
 //   bits 6-7  the read call: next_view, next(record&), next(), or next_view and then open_at at
-//             one of the positions seen
+//             one of the positions seen and at an arbitrary one
 // Invariants: errors are malformed_input/io_error with a message and stay (every later call
 // returns the same error); indexes count up from 0 and offsets advance by the framed size; a
 // record's bytes are the payload at its offset; a compressed stream gives exactly the records,
@@ -153,6 +153,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   }
 
   if (call == read_call::reopen) {
+    // A position that need not be a record's start (a stale or corrupt saved position): records or
+    // errors, nothing else.
+    const tfrecord_position anywhere{body.size() % 5, body.size() * 3 / 7 + (mode & 0x20 ? 1000 : 0)};
+    if (auto reader = tfrecord_reader::open_at(file.path(), anywhere, opts); reader) {
+      (void)read_all(*reader, read_call::next_view, anywhere);
+    } else {
+      const af::error& e = reader.error_value();
+      AF_FUZZ_CHECK(e.code == af::errc::out_of_range || e.code == af::errc::malformed_input ||
+                        e.code == af::errc::io_error,
+                    "open_at failed with " + e.to_string());
+    }
     // Resume at one of the positions the first pass passed through (the end included when clean).
     const std::size_t known = result.records.size() + (result.failure ? 0 : 1);
     if (known == 0) return 0;
