@@ -38,23 +38,9 @@ namespace {
 
 constexpr double keras_tolerance = 1e-5;
 
-// tests/<relative> in the source tree. __FILE__ alone may not lead there: scripts/build has ccache
-// (CCACHE_BASEDIR) rewrite source paths relative to the build tree's root, and ctest runs the test
-// from build/tests. So a relative __FILE__ is tried against the working directory and against
-// every folder above the test executable.
-fs::path tests_folder(const std::string& relative) {
-  const fs::path tests = fs::path(__FILE__).parent_path().parent_path();
-  if (tests.is_absolute()) return tests / relative;
-  std::vector<fs::path> bases{fs::current_path()};
-  std::error_code ec;
-  for (fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path(); !ec && !dir.empty(); dir = dir.parent_path()) {
-    bases.push_back(dir);
-    if (dir == dir.root_path()) break;
-  }
-  for (const auto& base : bases)
-    if (fs::is_directory(base / tests / relative)) return (base / tests / relative).lexically_normal();
-  return tests / relative;  // not found: the caller names this path
-}
+// tests/<relative> in the source tree (tests/CMakeLists.txt defines AF_TESTS_DIR: __FILE__ is
+// relative to the build tree when scripts/build compiles through ccache).
+fs::path tests_folder(const std::string& relative) { return fs::path(AF_TESTS_DIR) / relative; }
 
 fs::path fixture_dir() { return tests_folder("data/keras"); }
 
