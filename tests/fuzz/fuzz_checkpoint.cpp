@@ -11,8 +11,10 @@
 // metadata.
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -26,6 +28,23 @@ namespace {
 namespace fs = std::filesystem;
 using af::fuzz::fail;
 
+constexpr std::string_view scratch_prefix = "af_fuzz_checkpoint_";
+
+// libFuzzer ends a run with _Exit (and a crash, the point of fuzzing, ends it anyway), so no
+// cleanup at exit: the next run removes the directories of processes that are gone.
+void remove_stale_scratch(const fs::path& base) {
+  std::error_code ec;
+  for (fs::directory_iterator it(base, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(scratch_prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + scratch_prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+  }
+}
+
 // A directory of its own per process, on tmpfs when there is one: three files per input.
 const fs::path& scratch_root() {
   static const fs::path root = [] {
@@ -33,10 +52,10 @@ const fs::path& scratch_root() {
     fs::path base = fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0
                         ? fs::path("/dev/shm")
                         : fs::temp_directory_path();
-    fs::path dir = base / ("af_fuzz_checkpoint_" + std::to_string(::getpid()));
+    remove_stale_scratch(base);
+    fs::path dir = base / (std::string(scratch_prefix) + std::to_string(::getpid()));
     fs::create_directories(dir / "ckpt", ec);
     if (ec) fail("cannot create the scratch directory " + dir.string() + ": " + ec.message());
-    std::atexit([] { std::error_code ignored; fs::remove_all(scratch_root(), ignored); });
     return dir;
   }();
   return root;
