@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/protobuf_wire.hpp"
 #include "ops/tensor.hpp"
 #include "serialization/checkpoint.hpp"
 #include "serialization/example.hpp"
@@ -62,17 +63,9 @@ std::string with_mode(uint8_t mode, std::string_view body) { return std::string(
 
 // ---- protobuf bits for hand-made Examples ----------------------------------------------------------
 
-std::string varint(uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out += static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  out += static_cast<char>(v);
-  return out;
-}
-std::string tag(uint32_t field, uint32_t wire) { return varint((uint64_t{field} << 3) | wire); }
-std::string len_field(uint32_t field, std::string_view body) { return tag(field, 2) + varint(body.size()) + std::string(body); }
+using af::testing::wire::len_field;
+using af::testing::wire::tag;
+using af::testing::wire::varint;
 std::string fixed32(uint32_t v) {
   std::string out;
   for (int i = 0; i < 4; ++i) out += static_cast<char>(v >> (8 * i));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/protobuf_wire.hpp"
 #include "serialization/example.hpp"
 
 using af::errc;
@@ -19,19 +20,9 @@ namespace {
 
 // Wire bytes written by hand here (not with our encoder), so the decoder is checked against the
 // protobuf rules themselves.
-std::string varint(uint64_t v) {
-  std::string out;
-  while (v >= 0x80) {
-    out += static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  out += static_cast<char>(v);
-  return out;
-}
-std::string tag(uint32_t field, unsigned wire) { return varint((uint64_t{field} << 3) | wire); }
-std::string len_field(uint32_t field, const std::string& payload) {
-  return tag(field, 2) + varint(payload.size()) + payload;
-}
+using af::testing::wire::len_field;
+using af::testing::wire::tag;
+using af::testing::wire::varint;
 std::string fixed32_field(uint32_t field, float v) {
   std::string out = tag(field, 5);
   char bytes[4];
