@@ -30,6 +30,7 @@ class actorflow_config : public caf::actor_system_config {
                             ? options.scheduler_threads
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     set("scheduler.max-threads", static_cast<size_t>(threads));
+    if (options.deterministic) set("scheduler.policy", caf::atom("testing"));
     if (options.network) {
       load<caf::io::middleman>();
 #if defined(__SANITIZE_THREAD__)

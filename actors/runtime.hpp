@@ -41,6 +41,11 @@ struct runtime_options {
   /// step's kernels (a fit epoch took 1.4-2.1x the same steps in a plain loop on 2 cores; ~1.1x
   /// with 50).
   int idle_polls = 500;
+  /// CAF's deterministic test_coordinator instead of worker threads: scheduled actors run only
+  /// when the caller drives the scheduler (tests/support/deterministic.hpp), one message at a
+  /// time, so a test can tell "nothing more will happen" from "nothing happened yet" without
+  /// sleeping. Detached and blocking actors still run on threads of their own.
+  bool deterministic = false;
   /// Further CAF options in command-line form ("--scheduler.policy=sharing").
   std::vector<std::string> caf_args;
 };
