@@ -57,6 +57,7 @@ typename Inspector::result_type inspect(Inspector& f, op_attrs& x) {
   std::vector<double> floats;
   std::vector<std::vector<int64_t>> lists;
   std::vector<std::string> strings;
+  std::vector<std::vector<double>> float_lists;
   if constexpr (Inspector::reads_state) {
     for (const auto& [name, value] : x.entries()) {
       names.push_back(name);
@@ -65,23 +66,25 @@ typename Inspector::result_type inspect(Inspector& f, op_attrs& x) {
       if (auto* d = std::get_if<double>(&value)) floats.push_back(*d);
       if (auto* l = std::get_if<std::vector<int64_t>>(&value)) lists.push_back(*l);
       if (auto* s = std::get_if<std::string>(&value)) strings.push_back(*s);
+      if (auto* l = std::get_if<std::vector<double>>(&value)) float_lists.push_back(*l);
     }
-    return f(names, kinds, ints, floats, lists, strings);
+    return f(names, kinds, ints, floats, lists, strings, float_lists);
   } else {
-    auto err = f(names, kinds, ints, floats, lists, strings);
+    auto err = f(names, kinds, ints, floats, lists, strings, float_lists);
     if (err) return err;
     if (kinds.size() != names.size()) return caf::make_error(caf::sec::invalid_argument, "op_attrs");
-    std::size_t next[4] = {0, 0, 0, 0};
-    const std::size_t sizes[4] = {ints.size(), floats.size(), lists.size(), strings.size()};
+    std::size_t next[5] = {0, 0, 0, 0, 0};
+    const std::size_t sizes[5] = {ints.size(), floats.size(), lists.size(), strings.size(), float_lists.size()};
     op_attrs out;
     for (std::size_t i = 0; i < names.size(); ++i) {
       const uint8_t k = kinds[i];
-      if (k > 3 || next[k] >= sizes[k]) return caf::make_error(caf::sec::invalid_argument, "op_attrs");
+      if (k > 4 || next[k] >= sizes[k]) return caf::make_error(caf::sec::invalid_argument, "op_attrs");
       const std::size_t j = next[k]++;
       if (k == 0) out.set(names[i], ints[j]);
       if (k == 1) out.set(names[i], floats[j]);
       if (k == 2) out.set(names[i], lists[j]);
       if (k == 3) out.set(names[i], strings[j]);
+      if (k == 4) out.set(names[i], float_lists[j]);
     }
     x = std::move(out);
     return err;

@@ -19,8 +19,9 @@
 
 namespace af {
 
-/// One attribute value: an integer, a float, a list of integers or a string.
-using attr_value = std::variant<int64_t, double, std::vector<int64_t>, std::string>;
+/// One attribute value: an integer, a float, a list of integers, a string or a list of floats.
+/// (Indices are part of the wire format of device messages: new kinds go at the end.)
+using attr_value = std::variant<int64_t, double, std::vector<int64_t>, std::string, std::vector<double>>;
 
 /// Named attributes of one op call ("axis" -> 1, "padding" -> "same"), in insertion order.
 class op_attrs {
@@ -42,6 +43,9 @@ class op_attrs {
   expected<double> get_float(std::string_view name, std::optional<double> fallback = {}) const;
   expected<std::vector<int64_t>> get_ints(std::string_view name,
                                           std::optional<std::vector<int64_t>> fallback = {}) const;
+  /// A list of floats; a list of integers is accepted and converted.
+  expected<std::vector<double>> get_floats(std::string_view name,
+                                           std::optional<std::vector<double>> fallback = {}) const;
   expected<std::string> get_string(std::string_view name,
                                    std::optional<std::string> fallback = {}) const;
 
@@ -71,8 +75,8 @@ class op_registry {
   std::map<std::string, op_fn, std::less<>> ops_;
 };
 
-/// Adds every CPU kernel in this build: elementwise (add, mul, relu, ...), reductions, matmul,
-/// conv2d, pooling, softmax, array ops (concat, gather, ...).
+/// Adds the CPU kernel of every op definition (ops/graph/op_def.hpp): each entry checks the arity
+/// and the attributes against the op's schema (filling in defaults) before it calls the kernel.
 void register_cpu_kernels(op_registry& registry);
 /// A shared registry holding the CPU kernels, built on first use.
 std::shared_ptr<const op_registry> default_op_registry();

@@ -5,60 +5,47 @@
 #include <optional>
 #include <string>
 
-#include "ops/codegen/fused_steps.hpp"
+#include "ops/graph/op_def.hpp"
+#include "ops/kernels/cpu/step_loops.hpp"
 #include "ops/kernels/cpu/elementwise_loops.hpp"
 #include "ops/parallel.hpp"
 
 namespace af::codegen {
 
-#if defined(AF_FUSED_AVX512)
-// cpu_fused_avx512.cpp: the same step loops built for AVX-512, taken when the CPU has it.
-void run_step_avx512(code c, float* o, const float* a, const float* b, int64_t n, affine<float> pre, affine<float> post);
-void run_step_avx512(code c, double* o, const double* a, const double* b, int64_t n, affine<double> pre,
-                     affine<double> post);
-#endif
-
 namespace {
 
 using graph::fused_program;
 
-expected<code> code_of(const graph::fused_step& s) {
-  static const std::pair<const char*, code> names[] = {
-      {"add", code::add},   {"sub", code::sub},   {"mul", code::mul},         {"div", code::div},
-      {"pow", code::pow},   {"maximum", code::maximum}, {"minimum", code::minimum}, {"neg", code::neg},
-      {"abs", code::abs},   {"relu", code::relu}, {"exp", code::exp},         {"log", code::log},
-      {"sqrt", code::sqrt}, {"rsqrt", code::rsqrt}, {"tanh", code::tanh},     {"sigmoid", code::sigmoid},
-      {"erf", code::erf}};
-  if (s.op == "gelu") {
-    AF_TRY_ASSIGN(auto approximate, s.attrs.get_int("approximate", 0));
-    return approximate ? code::gelu_tanh : code::gelu_erf;
+using cpu::affine;
+using graph::affine_role;
+using graph::fused_form;
+
+// What one step of the program runs, from its op's definition.
+expected<fused_form> form_of(const graph::fused_step& s) {
+  const graph::op_def* def = graph::find_op(s.op);
+  if (!def || !def->fusion) return make_error(errc::unsupported, "fused kernels do not implement '" + s.op + "'");
+  AF_TRY_ASSIGN(auto attrs, graph::complete_attrs(*def, s.attrs));
+  return def->fusion(attrs);
+}
+
+expected<std::vector<fused_form>> forms_of(const fused_program& p) {
+  std::vector<fused_form> forms;
+  for (const auto& s : p.steps) {
+    AF_TRY_ASSIGN(auto f, form_of(s));
+    forms.push_back(std::move(f));
   }
-  for (auto [name, c] : names)
-    if (s.op == name) return c;
-  return make_error(errc::unsupported, "fused kernels do not implement '" + s.op + "'");
+  return forms;
 }
 
-#if defined(AF_FUSED_AVX512)
-
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
-  return has;
-}
-#endif
-
-template <class T>
-void step(code c, T* o, const T* a, const T* b, int64_t n, affine<T> pre, affine<T> post) {
-#if defined(AF_FUSED_AVX512)
-  if (cpu_has_avx512()) return run_step_avx512(c, o, a, b, n, pre, post);
-#endif
-  run_step<T>(c, o, a, b, n, pre, post);
+const cpu::step_loops& identity_loops() {
+  static const cpu::step_loops loops = cpu::unary_step_loops<cpu::identity_formula>();
+  return loops;
 }
 
 // A step as it runs: value ids count the inputs first, then the planned steps.
 template <class T>
 struct planned_step {
-  code c;
+  const cpu::step_loops* loops;
   int a = 0, b = -1;
   affine<T> pre, post;
 };
@@ -69,7 +56,7 @@ struct planned_step {
 // s-x, and x*s followed by +-t, which the compiler may contract into one fma); anything else,
 // or a value read twice, stays a step of its own.
 template <class T>
-std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vector<code>& codes,
+std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vector<fused_form>& forms,
                                         const std::vector<bool>& is_single, const std::vector<T>& single) {
   const std::size_t n_in = p.inputs.size(), n_steps = p.steps.size();
   std::vector<int> uses(n_in + n_steps, 0);
@@ -88,7 +75,7 @@ std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vecto
   auto materialise = [&](int v) {
     auto& pend = lazy[static_cast<std::size_t>(v)];
     if (!pend) return planned_as[static_cast<std::size_t>(v)];
-    plan.push_back({code::copy, pend->base, -1, pend->map, {}});
+    plan.push_back({&identity_loops(), pend->base, -1, pend->map, {}});
     planned_as[static_cast<std::size_t>(v)] = static_cast<int>(n_in + plan.size() - 1);
     pend.reset();
     return planned_as[static_cast<std::size_t>(v)];
@@ -96,8 +83,9 @@ std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vecto
   for (std::size_t k = 0; k < n_steps; ++k) {
     const int out = static_cast<int>(n_in + k);
     const auto& args = p.steps[k].args;
-    const code c = codes[k];
-    const bool scalar_op = (c == code::add || c == code::sub || c == code::mul) && args.size() == 2 &&
+    const cpu::step_loops* loops = &forms[k].cpu;
+    const affine_role role = forms[k].affine;
+    const bool scalar_op = role != affine_role::none && args.size() == 2 &&
                            (is_single[static_cast<std::size_t>(args[0])] != is_single[static_cast<std::size_t>(args[1])]) &&
                            (static_cast<std::size_t>(args[0]) < n_in || static_cast<std::size_t>(args[1]) < n_in);
     if (scalar_op) {
@@ -106,8 +94,8 @@ std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vecto
       const T s = single[static_cast<std::size_t>(scalar_first ? args[0] : args[1])];
       // The op as x*scale + shift, or nothing when it has no exact form (s - x is -x + s: exact).
       std::optional<affine<T>> op;
-      if (c == code::mul) op = affine<T>{s, -T(0)};
-      else if (c == code::add) op = affine<T>{T(1), s};
+      if (role == affine_role::mul) op = affine<T>{s, -T(0)};
+      else if (role == affine_role::add) op = affine<T>{T(1), s};
       else if (!scalar_first) op = affine<T>{T(1), -s};  // x - s == x + (-s)
       else op = affine<T>{T(-1), s};                     // s - x == -x + s
       // Composes `then` after `first` when the pair is still one multiply then one add.
@@ -124,7 +112,7 @@ std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vecto
             continue;
           }
         } else if (const int pv = planned_as[static_cast<std::size_t>(v)];
-                   pv >= static_cast<int>(n_in) && is_unary(plan[static_cast<std::size_t>(pv) - n_in].c)) {
+                   pv >= static_cast<int>(n_in) && plan[static_cast<std::size_t>(pv) - n_in].loops->unary()) {
           auto& producer = plan[static_cast<std::size_t>(pv) - n_in];
           if (auto both = compose(producer.post, *op)) {
             producer.post = *both;
@@ -137,18 +125,18 @@ std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vecto
       lazy[static_cast<std::size_t>(out)] = pending{materialise(v), *op};
       continue;
     }
-    if (is_unary(c)) {
+    if (loops->unary()) {
       auto& pend = lazy[static_cast<std::size_t>(args[0])];
       if (pend && uses[static_cast<std::size_t>(args[0])] == 1) {
-        plan.push_back({c, pend->base, -1, pend->map, {}});
+        plan.push_back({loops, pend->base, -1, pend->map, {}});
         pend.reset();
       } else {
-        plan.push_back({c, materialise(args[0]), -1, {}, {}});
+        plan.push_back({loops, materialise(args[0]), -1, {}, {}});
       }
     } else {
       const int a = materialise(args[0]);
       const int b = args.size() > 1 ? materialise(args[1]) : -1;
-      plan.push_back({c, a, b, {}, {}});
+      plan.push_back({loops, a, b, {}, {}});
     }
     planned_as[static_cast<std::size_t>(out)] = static_cast<int>(n_in + plan.size() - 1);
   }
@@ -157,7 +145,7 @@ std::vector<planned_step<T>> plan_steps(const fused_program& p, const std::vecto
     plan.clear();
     for (std::size_t k = 0; k < n_steps; ++k) {
       const auto& args = p.steps[k].args;
-      plan.push_back({codes[k], args[0], args.size() > 1 ? args[1] : -1, {}, {}});
+      plan.push_back({&forms[k].cpu, args[0], args.size() > 1 ? args[1] : -1, {}, {}});
     }
   }
   return plan;
@@ -181,7 +169,7 @@ bool repeats_per_chunk(const tensor& t, const shape& dims) {
 }
 
 template <class T>
-expected<void> run_typed(const fused_program& p, const std::vector<code>& codes, const std::vector<tensor>& in,
+expected<void> run_typed(const fused_program& p, const std::vector<fused_form>& forms, const std::vector<tensor>& in,
                          tensor& out) {
   const std::size_t n_inputs = in.size();
   // Inputs are full (contiguous, output shape), a single value repeated, or periodic: the
@@ -200,7 +188,7 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
       full[i] = in[i].data<T>();
     }
   }
-  const auto plan = plan_steps<T>(p, codes, is_single, single);
+  const auto plan = plan_steps<T>(p, forms, is_single, single);
   T* result = out.data<T>();
   const int64_t total = out.numel();
   // A large output goes out with non-temporal stores: no read of each line before it is written.
@@ -234,8 +222,9 @@ expected<void> run_typed(const fused_program& p, const std::vector<code>& codes,
         const auto& s = plan[k];
         const bool last_step = k + 1 == plan.size();
         T* dst = last_step && !stream_this ? result + begin : buffer(n_inputs + k);
-        step<T>(s.c, dst, value[static_cast<std::size_t>(s.a)], s.b >= 0 ? value[static_cast<std::size_t>(s.b)] : nullptr,
-                n, s.pre, s.post);
+        const T* a = value[static_cast<std::size_t>(s.a)];
+        if (s.loops->unary()) s.loops->template unary_for<T>()(dst, a, n, s.pre, s.post);
+        else s.loops->template binary_for<T>()(dst, a, value[static_cast<std::size_t>(s.b)], n);
         value[n_inputs + k] = dst;
       }
       if (stream_this) cpu::stream_copy(result + begin, buffer(n_inputs + plan.size() - 1), chunk * sizeof(T));
@@ -251,25 +240,17 @@ expected<std::size_t> cpu_loop_count(const fused_program& p, const std::vector<b
   if (single.size() != p.inputs.size())
     return make_error(errc::invalid_argument, "cpu_loop_count: " + std::to_string(single.size()) + " flags for " +
                                                   std::to_string(p.inputs.size()) + " inputs");
-  std::vector<code> codes;
-  for (const auto& s : p.steps) {
-    AF_TRY_ASSIGN(auto c, code_of(s));
-    codes.push_back(c);
-  }
+  AF_TRY_ASSIGN(auto forms, forms_of(p));
   std::vector<bool> is_single(p.inputs.size() + p.steps.size(), false);
   std::copy(single.begin(), single.end(), is_single.begin());
-  return plan_steps<float>(p, codes, is_single, std::vector<float>(p.inputs.size(), 2.0f)).size();
+  return plan_steps<float>(p, forms, is_single, std::vector<float>(p.inputs.size(), 2.0f)).size();
 }
 
 expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>& inputs, const tensor* reuse) {
   if (inputs.size() != p.inputs.size())
     return make_error(errc::invalid_argument, "fused kernel takes " + std::to_string(p.inputs.size()) + " inputs, got " +
                                                   std::to_string(inputs.size()));
-  std::vector<code> codes;
-  for (const auto& s : p.steps) {
-    AF_TRY_ASSIGN(auto c, code_of(s));
-    codes.push_back(c);
-  }
+  AF_TRY_ASSIGN(auto forms, forms_of(p));
   const dtype type = p.out().type;
   shape dims;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -294,8 +275,8 @@ expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>
                         reuse->buffer().use_count() <= 2;  // the caller's `inputs` and `reuse` itself
   AF_TRY_ASSIGN(auto out, in_place ? expected<tensor>{*reuse} : tensor::empty(dims, type));
   if (out.numel() == 0) return out;
-  if (type == dtype::f32) AF_TRY(run_typed<float>(p, codes, ready, out));
-  else if (type == dtype::f64) AF_TRY(run_typed<double>(p, codes, ready, out));
+  if (type == dtype::f32) AF_TRY(run_typed<float>(p, forms, ready, out));
+  else if (type == dtype::f64) AF_TRY(run_typed<double>(p, forms, ready, out));
   else return make_error(errc::dtype_mismatch, "fused kernels run f32 and f64, not " + std::string{to_string(type)});
   return out;
 }

@@ -6,40 +6,36 @@
 #include <unordered_map>
 
 #include "ops/gpu.hpp"
+#include "ops/graph/op_def.hpp"
 
 namespace af::codegen {
 
 namespace {
 
-// The expression of one step in CUDA C; `f` is the float suffix of math functions ("f" or "").
+// The CUDA C of one step: its definition's expression with {0}, {1} the operands, {T} the value
+// type and {f} the float suffix of math functions (expf vs exp).
 expected<std::string> expression(const graph::fused_step& s, const std::vector<std::string>& a, const std::string& t,
                                  const char* f) {
-  const std::string m = f;  // suffix for libdevice calls: expf vs exp
-  if (s.op == "add") return a[0] + " + " + a[1];
-  if (s.op == "sub") return a[0] + " - " + a[1];
-  if (s.op == "mul") return a[0] + " * " + a[1];
-  if (s.op == "div") return a[0] + " / " + a[1];
-  if (s.op == "pow") return "pow" + m + "(" + a[0] + ", " + a[1] + ")";
-  if (s.op == "maximum") return "(" + a[0] + " > " + a[1] + " || " + a[0] + " != " + a[0] + ") ? " + a[0] + " : " + a[1];
-  if (s.op == "minimum") return "(" + a[0] + " < " + a[1] + " || " + a[0] + " != " + a[0] + ") ? " + a[0] + " : " + a[1];
-  if (s.op == "neg") return "-" + a[0];
-  if (s.op == "abs") return "fabs" + m + "(" + a[0] + ")";
-  if (s.op == "relu") return a[0] + " < (" + t + ")0 ? (" + t + ")0 : " + a[0];
-  if (s.op == "exp") return "exp" + m + "(" + a[0] + ")";
-  if (s.op == "log") return "log" + m + "(" + a[0] + ")";
-  if (s.op == "sqrt") return "sqrt" + m + "(" + a[0] + ")";
-  if (s.op == "rsqrt") return "rsqrt" + m + "(" + a[0] + ")";
-  if (s.op == "tanh") return "tanh" + m + "(" + a[0] + ")";
-  if (s.op == "erf") return "erf" + m + "(" + a[0] + ")";
-  if (s.op == "sigmoid") return "(" + t + ")1 / ((" + t + ")1 + exp" + m + "(-" + a[0] + "))";
-  if (s.op == "gelu") {
-    AF_TRY_ASSIGN(auto approximate, s.attrs.get_int("approximate", 0));
-    if (approximate)
-      return "(" + t + ")0.5 * " + a[0] + " * ((" + t + ")1 + tanh" + m + "((" + t + ")0.79788456080286535588 * (" + a[0] +
-             " + (" + t + ")0.044715 * " + a[0] + " * " + a[0] + " * " + a[0] + ")))";
-    return "(" + t + ")0.5 * " + a[0] + " * ((" + t + ")1 + erf" + m + "(" + a[0] + " * (" + t + ")0.70710678118654752440))";
+  const graph::op_def* def = graph::find_op(s.op);
+  if (!def || !def->fusion) return make_error(errc::unsupported, "no CUDA form for fused op '" + s.op + "'");
+  AF_TRY_ASSIGN(auto attrs, graph::complete_attrs(*def, s.attrs));
+  AF_TRY_ASSIGN(auto form, def->fusion(attrs));
+  const std::string& pattern = form.cuda;
+  std::string out = "(";
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const std::size_t close = pattern[i] == '{' ? pattern.find('}', i) : std::string::npos;
+    if (close == std::string::npos) {
+      out += pattern[i];
+      continue;
+    }
+    const std::string key = pattern.substr(i + 1, close - i - 1);
+    if (key == "T") out += t;
+    else if (key == "f") out += f;
+    else if (key.size() == 1 && key[0] >= '0' && key[0] < static_cast<char>('0' + a.size())) out += a[static_cast<std::size_t>(key[0] - '0')];
+    else return make_error(errc::invalid_argument, "op '" + s.op + "': bad placeholder {" + key + "} in its CUDA form");
+    i = close;
   }
-  return make_error(errc::unsupported, "no CUDA form for fused op '" + s.op + "'");
+  return out + ")";
 }
 
 // "v3". Built by appending: GCC 12 warns falsely (-Wrestrict) on "v" + std::to_string(...).

@@ -2,7 +2,7 @@
 
 // Reverse-mode differentiation on graphs: the gradient of a value with respect to others becomes
 // more nodes of the same graph, so one traced training step holds forward, backward and update.
-// Each op's rule (its vector-Jacobian product) is written in autodiff.cpp beside the op.
+// Each op's rule (its vector-Jacobian product) is part of its definition (ops/graph/defs/).
 
 #include <vector>
 

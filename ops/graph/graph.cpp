@@ -17,9 +17,9 @@ std::size_t hash_attr(const attr_value& v) {
   return std::visit(
       [](const auto& x) -> std::size_t {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+        if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
           std::size_t h = x.size();
-          for (auto i : x) mix(h, std::hash<int64_t>{}(i));
+          for (auto i : x) mix(h, std::hash<typename T::value_type>{}(i));
           return h;
         } else {
           return std::hash<T>{}(x);
@@ -58,8 +58,8 @@ std::size_t hash_bytes(const tensor& t) {
 }
 
 bool never_merged(const std::string& op) {
-  const op_info* info = find_op(op);
-  return !info || info->category == op_category::stateful || info->category == op_category::source;
+  const op_def* def = find_op(op);
+  return !def || def->stateful || def->category == op_category::source;
 }
 
 }  // namespace
@@ -98,7 +98,7 @@ expected<void> graph::verify() const {
   };
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
-    const op_info* info = find_op(n.op);
+    const op_def* info = find_op(n.op);
     if (!info) return bad(i, n, "unknown op");
     std::vector<value_type> in;
     for (auto id : n.inputs) {
@@ -170,8 +170,13 @@ expected<node_id> graph_builder::add(const std::string& op, std::vector<node_id>
       return make_error(errc::invalid_argument, op + ": input " + std::to_string(id) + " is not a node of this graph");
     in.push_back(g_.at(id).out);
   }
-  AF_TRY_ASSIGN(auto out, infer_output(op, in, attrs));
-  node n{op, std::move(out), std::move(inputs), std::move(attrs), device_, std::move(label)};
+  // Nodes carry every attribute of their op (defaults filled in): kernels, code generators and
+  // serialisation then read one complete set, and equal calls hash equally however written.
+  const op_def* def = find_op(op);
+  if (!def) return make_error(errc::unsupported, "op '" + op + "' is not available in graphs");
+  AF_TRY_ASSIGN(auto complete, complete_attrs(*def, attrs));
+  AF_TRY_ASSIGN(auto out, infer_output(op, in, complete));
+  node n{op, std::move(out), std::move(inputs), std::move(complete), device_, std::move(label)};
   if (never_merged(op)) return observed(append(std::move(n)));
   const std::size_t h = hash_node(n);
   for (auto id : by_hash_[h])
@@ -193,10 +198,6 @@ expected<node_id> graph_builder::copy(const graph& from, node_id id, std::vector
   if (n.op == "parameter") return parameter(n.out, n.label);
   if (n.op == "constant") return constant(from.constant_value(id));
   if (n.op == "fused") return add_fused(std::move(inputs), from.programs_.at(id), n.out, n.label, n.device);
-  if (n.op == "variable") {
-    const node_id copied = append(node{n.op, n.out, {}, n.attrs, n.device, n.label});
-    return copied;
-  }
   // On the node's own device, so that it merges only with equal nodes there.
   std::string placed = std::exchange(device_, n.device);
   auto copied = add(n.op, std::move(inputs), n.attrs, n.label);
@@ -204,8 +205,13 @@ expected<node_id> graph_builder::copy(const graph& from, node_id id, std::vector
   return copied;
 }
 
-graph graph_builder::finish(std::vector<node_id> outputs) && {
+graph graph_builder::finish(std::vector<node_id> outputs, std::vector<std::string> names) && {
+  if (names.size() != outputs.size()) {
+    names.clear();
+    for (std::size_t i = 0; i < outputs.size(); ++i) names.push_back("output_" + std::to_string(i));
+  }
   g_.outputs_ = std::move(outputs);
+  g_.output_names_ = std::move(names);
   return std::move(g_);
 }
 

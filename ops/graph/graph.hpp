@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/graph/op_table.hpp"
+#include "ops/graph/op_def.hpp"
 #include "ops/tensor.hpp"
 
 namespace af::graph {
@@ -42,6 +42,9 @@ class graph {
   /// Parameter nodes in call order.
   const std::vector<node_id>& parameters() const noexcept { return parameters_; }
   const std::vector<node_id>& outputs() const noexcept { return outputs_; }
+  /// The name of each output, in order (given to finish(), else "output_0", "output_1", ...). A
+  /// parameter's name is its node's label.
+  const std::vector<std::string>& output_names() const noexcept { return output_names_; }
   /// The value of a "constant" node.
   const tensor& constant_value(node_id id) const;
   /// The program of a "fused" node.
@@ -61,6 +64,7 @@ class graph {
   std::vector<node> nodes_;
   std::vector<node_id> parameters_;
   std::vector<node_id> outputs_;
+  std::vector<std::string> output_names_;
   std::unordered_map<node_id, tensor> constants_;
   std::unordered_map<node_id, std::shared_ptr<const fused_program>> programs_;
 };
@@ -89,8 +93,8 @@ class graph_builder {
   const node& at(node_id id) const { return g_.at(id); }
   const tensor& constant_value(node_id id) const { return g_.constant_value(id); }
   std::size_t size() const noexcept { return g_.size(); }
-  /// Ends building: the graph computes `outputs`.
-  graph finish(std::vector<node_id> outputs) &&;
+  /// Ends building: the graph computes `outputs`, named `names` (one per output; empty: numbered).
+  graph finish(std::vector<node_id> outputs, std::vector<std::string> names = {}) &&;
 
   /// Called with each new node from add() and constant() (not for parameters or fused nodes, nor
   /// when add() returns an existing equal node); its error becomes add()'s. Eager execution

@@ -9,23 +9,6 @@ namespace af::graph {
 
 namespace {
 
-expected<tensor> run_movement(const node& n, const tensor& x) {
-  if (n.op == "transpose") {
-    AF_TRY_ASSIGN(auto perm, n.attrs.get_ints("perm"));
-    return x.permute(std::vector<int>(perm.begin(), perm.end()));
-  }
-  if (n.op == "slice") {
-    AF_TRY_ASSIGN(auto axis, n.attrs.get_int("axis"));
-    AF_TRY_ASSIGN(auto start, n.attrs.get_int("start"));
-    AF_TRY_ASSIGN(auto stop, n.attrs.get_int("stop"));
-    AF_TRY_ASSIGN(auto step, n.attrs.get_int("step", 1));
-    return x.slice(axis, start, stop, step);
-  }
-  AF_TRY_ASSIGN(auto dims, n.attrs.get_ints("shape"));
-  if (n.op == "reshape") return x.reshape(shape(dims));
-  return x.expand(shape(dims));  // broadcast_to
-}
-
 std::string where(std::size_t i, const node& n) {
   return "node " + std::to_string(i) + " (" + n.op + (n.label.empty() ? "" : ", " + n.label) + ")";
 }
@@ -33,8 +16,6 @@ std::string where(std::size_t i, const node& n) {
 }  // namespace
 
 expected<tensor> evaluate_op(const node& n, const std::vector<tensor>& inputs, const op_registry& ops) {
-  if (const op_info* info = find_op(n.op); info && info->category == op_category::movement)
-    return run_movement(n, inputs.at(0));
   AF_TRY_ASSIGN(auto outs, ops.run(n.op, inputs, n.attrs));
   return std::move(outs.front());
 }

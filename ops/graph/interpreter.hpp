@@ -16,8 +16,8 @@ namespace af::graph {
 expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters,
                                         const op_registry& ops = *default_op_registry());
 
-/// One op node (not a source, not fused) on its input values: movement ops as views, the rest
-/// through `ops`.
+/// One op node (not a source, not fused) on its input values through the kernel table `ops`
+/// (movement ops return views).
 expected<tensor> evaluate_op(const node& n, const std::vector<tensor>& inputs,
                              const op_registry& ops = *default_op_registry());
 

@@ -9,11 +9,10 @@ namespace af::graph {
 
 namespace {
 
-constexpr std::array fusible_ops{"add", "sub",  "mul",  "div",   "pow",  "maximum", "minimum", "neg",    "abs",
-                                 "relu", "exp", "log",  "sqrt",  "rsqrt", "tanh",   "sigmoid", "gelu", "erf"};
-
+// Fusibility comes from each op's definition (its category and fused form), never from a list here.
 bool fusible_node(const node& n) {
-  return fusible_op(n.op) && (n.out.type == dtype::f32 || n.out.type == dtype::f64);
+  const op_def* def = find_op(n.op);
+  return def && fusible(*def, n.attrs, n.out.type);
 }
 
 // Union-find over groups of node ids.
@@ -28,10 +27,6 @@ struct groups {
 };
 
 }  // namespace
-
-bool fusible_op(const std::string& op) noexcept {
-  return std::find(fusible_ops.begin(), fusible_ops.end(), op) != fusible_ops.end();
-}
 
 expected<void> fused_program::verify(const std::vector<value_type>& in, const value_type& out_type) const {
   if (in.size() != inputs.size())
@@ -141,7 +136,7 @@ graph fuse_elementwise(const graph& g) {
   }
   std::vector<node_id> outputs;
   for (auto out : g.outputs()) outputs.push_back(mapped[static_cast<std::size_t>(out)]);
-  return std::move(b).finish(std::move(outputs));
+  return std::move(b).finish(std::move(outputs), g.output_names());
 }
 
 }  // namespace af::graph

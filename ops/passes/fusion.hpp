@@ -30,11 +30,9 @@ struct fused_program {
   std::string to_string() const;
 };
 
-/// Ops a fused program may hold: the floating elementwise ops codegen implements.
-bool fusible_op(const std::string& op) noexcept;
-
 /// Rule: a node joins a group when
-///   - it is a fusible elementwise op on f32 or f64,
+///   - its op is fusible on its f32 or f64 output (graph::fusible: an elementwise definition with
+///     a fused form for the node's attributes),
 ///   - one of its inputs is the output of a group whose result only this node uses (one consumer,
 ///     not a graph output), and
 ///   - its output shape equals that group's output shape, i.e. the other inputs broadcast into it.

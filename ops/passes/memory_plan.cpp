@@ -13,7 +13,7 @@ expected<memory_plan> plan_memory(const graph& g) {
   // A view's readers keep the viewed buffer alive: resolve each node to the node owning its memory.
   std::vector<std::size_t> owner(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const op_info* info = find_op(nodes[i].op);
+    const op_def* info = find_op(nodes[i].op);
     owner[i] = info && info->category == op_category::movement ? owner[static_cast<std::size_t>(nodes[i].inputs[0])] : i;
   }
   std::vector<std::size_t> last_use(n, 0);
@@ -31,7 +31,7 @@ expected<memory_plan> plan_memory(const graph& g) {
   for (std::size_t i = 0; i < n; ++i) {
     for (int b : release_at[i]) free_buffers.push_back(static_cast<std::size_t>(b));
     const node& x = nodes[i];
-    const op_info* info = find_op(x.op);
+    const op_def* info = find_op(x.op);
     const bool owns_memory = x.op != "parameter" && x.op != "constant" && !(info && info->category == op_category::movement);
     if (!owns_memory) continue;
     if (std::any_of(x.out.dims.begin(), x.out.dims.end(), [](int64_t d) { return d < 0; }))

@@ -33,7 +33,7 @@ graph rebuild(const graph& g, const std::vector<bool>& keep, const rewrite_fn& r
   }
   std::vector<node_id> outputs;
   for (auto out : g.outputs()) outputs.push_back(mapped[static_cast<std::size_t>(out)]);
-  return std::move(b).finish(std::move(outputs));
+  return std::move(b).finish(std::move(outputs), g.output_names());
 }
 
 std::vector<bool> keep_all(const graph& g) { return std::vector<bool>(g.size(), true); }
@@ -50,8 +50,8 @@ std::optional<double> uniform_constant(const graph& g, node_id id) {
 }
 
 bool is_stateful(const std::string& op) {
-  const op_info* info = find_op(op);
-  return info && (info->category == op_category::stateful || info->category == op_category::source);
+  const op_def* def = find_op(op);
+  return def && (def->stateful || def->category == op_category::source);
 }
 
 }  // namespace

@@ -42,18 +42,9 @@ void check_gradient(const grad_case& c, uint64_t seed) {
   }};
   auto analytic = with_grads(args);
   if (!analytic) FAIL(analytic.error_value().to_string());
-  const double h = 1e-6;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    auto numeric = value_of(args[i].clone());
-    for (int64_t j = 0; j < args[i].numel(); ++j) {
-      auto probe = [&](double delta) {
-        std::vector<tensor> moved = args;
-        moved[i] = value_of(args[i].clone());
-        moved[i].data<double>()[j] += delta;
-        return loss(moved).value().front().item<double>();
-      };
-      numeric.data<double>()[j] = (probe(h) - probe(-h)) / (2 * h);
-    }
+    const tensor numeric =
+        numeric_gradient([&](const std::vector<tensor>& at) { return loss(at).value().front().item<double>(); }, args, i);
     check_close((*analytic)[i + 1], numeric, 1e-5, 1e-6, "gradient of argument " + std::to_string(i));
   }
 }

@@ -14,16 +14,18 @@
 using namespace af;
 using namespace af::graph;
 
-TEST_CASE("the op table groups ops by what passes need to know", "[graph]") {
-  CHECK(find_op("add")->category == op_category::elementwise);
-  CHECK(find_op("gelu")->category == op_category::elementwise);
-  CHECK(find_op("reduce_sum")->category == op_category::reduce);
+TEST_CASE("op definitions group ops by what passes need to know", "[graph]") {
+  CHECK(find_op("add")->category == op_category::elementwise_binary);
+  CHECK(find_op("gelu")->category == op_category::elementwise_unary);
+  CHECK(find_op("less")->category == op_category::comparison);
+  CHECK(find_op("reduce_sum")->category == op_category::reduction);
   CHECK(find_op("reshape")->category == op_category::movement);
   CHECK(find_op("matmul")->category == op_category::contraction);
-  CHECK(find_op("random_uniform")->category == op_category::stateful);
+  CHECK(find_op("random_uniform")->category == op_category::random);
+  CHECK(find_op("random_uniform")->stateful);
   CHECK(find_op("parameter")->category == op_category::source);
   CHECK(find_op("no_such_op") == nullptr);
-  for (const auto& op : all_ops()) CHECK(find_op(op.name) == &op);
+  for (const op_def* op : all_ops()) CHECK(find_op(op->name) == op);
 }
 
 TEST_CASE("type inference broadcasts, reduces and contracts like the kernels", "[graph]") {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -42,4 +43,21 @@ inline void check_close(const af::tensor& a, const af::tensor& b, double rtol, d
   }
   INFO("worst at " << worst_at << ": " << (x.empty() ? 0 : x[worst_at]) << " vs " << (y.empty() ? 0 : y[worst_at]));
   CHECK(worst <= 0);
+}
+
+/// d loss / d inputs[i] by central differences (float64 inputs): what an analytic gradient is
+/// checked against.
+inline af::tensor numeric_gradient(const std::function<double(const std::vector<af::tensor>&)>& loss,
+                                   const std::vector<af::tensor>& inputs, std::size_t i, double h = 1e-6) {
+  auto numeric = value_of(inputs[i].clone());
+  for (int64_t j = 0; j < inputs[i].numel(); ++j) {
+    auto probe = [&](double delta) {
+      std::vector<af::tensor> moved = inputs;
+      moved[i] = value_of(inputs[i].clone());
+      moved[i].data<double>()[j] += delta;
+      return loss(moved);
+    };
+    numeric.data<double>()[j] = (probe(h) - probe(-h)) / (2 * h);
+  }
+  return numeric;
 }

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <limits>
 
-namespace af::codegen {
+namespace af::cpu {
 
 // e^x for x in [-87, 88] (the callers clamp): no range checks, so that a caller that knows its
 // range pays for none.
@@ -75,4 +75,4 @@ namespace af::codegen {
 
 [[gnu::always_inline]] inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 
-}  // namespace af::codegen
+}  // namespace af::cpu
