@@ -180,11 +180,16 @@ sym broadcast_to(const sym& x, std::vector<int64_t> dims, where_from from) {
   return apply("broadcast_to", {x}, {{"shape", std::move(dims)}}, from);
 }
 
-expected<graph::graph> trace_graph(const function::body& fn, const std::vector<graph::value_type>& signature) {
+expected<graph::graph> trace_graph(const function::body& fn, const std::vector<graph::value_type>& signature,
+                                   const std::vector<std::string>& input_names,
+                                   const std::vector<std::string>& output_names) {
+  if (!input_names.empty() && input_names.size() != signature.size())
+    return make_error(errc::invalid_argument, std::to_string(input_names.size()) + " input names for " +
+                                                  std::to_string(signature.size()) + " arguments");
   graph::graph_builder b;
   std::vector<sym> args;
   for (std::size_t i = 0; i < signature.size(); ++i)
-    args.emplace_back(&b, b.parameter(signature[i], "arg" + std::to_string(i)));
+    args.emplace_back(&b, b.parameter(signature[i], input_names.empty() ? "arg" + std::to_string(i) : input_names[i]));
   std::vector<sym> results;
   try {
     results = fn(args);
@@ -200,7 +205,10 @@ expected<graph::graph> trace_graph(const function::body& fn, const std::vector<g
     if (r.builder() != &b) return make_error(errc::invalid_argument, "the traced function returned a value of another trace");
     outputs.push_back(r.id());
   }
-  return std::move(b).finish(std::move(outputs));
+  if (!output_names.empty() && output_names.size() != outputs.size())
+    return make_error(errc::invalid_argument, std::to_string(output_names.size()) + " output names for " +
+                                                  std::to_string(outputs.size()) + " results");
+  return std::move(b).finish(std::move(outputs), output_names);
 }
 
 function::function(body fn, function_options options) : fn_(std::move(fn)), options_(std::move(options)) {}
@@ -223,7 +231,7 @@ expected<std::shared_ptr<const concrete_function>> function::concrete(const std:
     traced_signature = *options_.input_signature;
   }
   ++traces_;
-  AF_TRY_ASSIGN(auto traced, trace_graph(fn_, traced_signature));
+  AF_TRY_ASSIGN(auto traced, trace_graph(fn_, traced_signature, options_.input_names, options_.output_names));
   AF_TRY(traced.verify());
   graph::graph optimized = traced;
   if (options_.optimize) {

@@ -167,6 +167,10 @@ struct function_options {
   std::optional<std::vector<graph::value_type>> input_signature;
   /// Run the passes (fusion); false keeps the graph as traced.
   bool optimize = true;
+  /// The names of the traced graph's inputs and outputs, which a saved signature shows (empty:
+  /// "arg0", "arg1", ... and "output_0", ...). Their counts must match the calls' when given.
+  std::vector<std::string> input_names;
+  std::vector<std::string> output_names;
 };
 
 /// A traced, optimised graph ready to run.
@@ -197,8 +201,11 @@ class function {
   int64_t traces_ = 0;
 };
 
-/// Traces `fn` on parameters of `signature` into a graph (no passes). (Not `trace`: that is the
-/// namespace of the span recorder, actors/tracing.hpp.)
-expected<graph::graph> trace_graph(const function::body& fn, const std::vector<graph::value_type>& signature);
+/// Traces `fn` on parameters of `signature` into a graph (no passes), its inputs and outputs named
+/// as given (function_options). (Not `trace`: that is the namespace of the span recorder,
+/// actors/tracing.hpp.)
+expected<graph::graph> trace_graph(const function::body& fn, const std::vector<graph::value_type>& signature,
+                                   const std::vector<std::string>& input_names = {},
+                                   const std::vector<std::string>& output_names = {});
 
 }  // namespace af

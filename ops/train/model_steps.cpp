@@ -147,6 +147,42 @@ expected<std::vector<tensor>> checked_batch(const model::impl& m, const std::vec
   return args;
 }
 
+// -- the names of the steps' arguments and results ---------------------------------------------------
+// A saved or exported step shows what each position holds ("seed", "dense_1/kernel"), not "arg7".
+
+std::string output_name(const model::impl& m, std::size_t i) {
+  const auto& out = m.outputs[i];
+  if (!out.node->applied) return out.node->input_name;
+  return out.node->applied->name() + (out.index ? ":" + std::to_string(out.index) : std::string{});
+}
+
+std::vector<std::string> prefixed(const std::string& prefix, std::vector<std::string> names) {
+  for (auto& n : names) n = prefix + n;
+  return names;
+}
+
+struct step_names {
+  std::vector<std::string> features, targets, outputs, losses, weights, slots;
+};
+
+step_names names_of(const model::impl& m) {
+  step_names n;
+  for (const auto& in : m.inputs) n.features.push_back(in.node->input_name);
+  for (std::size_t i = 0; i < m.outputs.size(); ++i) n.outputs.push_back(output_name(m, i));
+  n.targets = prefixed("target/", n.outputs);
+  n.losses = prefixed("loss/", n.outputs);
+  for (const auto& w : m.weights) n.weights.push_back(w.name);
+  for (std::size_t s = 0; s < m.slots.size(); ++s) n.slots.push_back("optimizer_slot_" + std::to_string(s));
+  return n;
+}
+
+template <class... Lists>
+std::vector<std::string> joined(const Lists&... lists) {
+  std::vector<std::string> out;
+  (out.insert(out.end(), lists.begin(), lists.end()), ...);
+  return out;
+}
+
 expected<batch_result> unpack(const model::impl& m, std::vector<tensor>& out) {
   batch_result r;
   const std::size_t outputs = m.outputs.size();
@@ -192,6 +228,14 @@ expected<void> model::compile(compile_options options) {
   // Train inputs: x..., y..., seed, learning rate, count, weights..., slots...
   // Train outputs: loss, per-output losses, predictions..., weights..., slots...
   const std::size_t nx = m.inputs.size(), ny = m.outputs.size(), nw = m.weights.size();
+  const step_names n = names_of(m);
+  function_options train_options, test_options;
+  train_options.input_names = joined(n.features, n.targets, std::vector<std::string>{"seed", "learning_rate", "step"},
+                                     n.weights, n.slots);
+  train_options.output_names = joined(std::vector<std::string>{"loss"}, n.losses, prefixed("prediction/", n.outputs),
+                                      prefixed("updated/", n.weights), prefixed("updated/", n.slots));
+  test_options.input_names = joined(n.features, n.targets, n.weights);
+  test_options.output_names = joined(std::vector<std::string>{"loss"}, n.losses, prefixed("prediction/", n.outputs));
   m.train_step = std::make_unique<function>([&m, nx, ny, nw](const std::vector<sym>& in) {
     const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
     const std::vector<sym> y(in.begin() + static_cast<std::ptrdiff_t>(nx), in.begin() + static_cast<std::ptrdiff_t>(nx + ny));
@@ -216,7 +260,7 @@ expected<void> model::compile(compile_options options) {
     out.insert(out.end(), next_w.begin(), next_w.end());
     out.insert(out.end(), update.slots.begin(), update.slots.end());
     return out;
-  });
+  }, std::move(train_options));
   // Test inputs: x..., y..., weights...; outputs: loss, per-output losses, predictions...
   m.test_step = std::make_unique<function>([&m, nx, ny](const std::vector<sym>& in) {
     const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
@@ -228,7 +272,7 @@ expected<void> model::compile(compile_options options) {
     out.insert(out.end(), each.begin(), each.end());
     out.insert(out.end(), predictions.begin(), predictions.end());
     return out;
-  });
+  }, std::move(test_options));
   return {};
 }
 
@@ -268,11 +312,15 @@ expected<std::vector<tensor>> model::predict_on_batch(const std::vector<tensor>&
   AF_TRY(check_inputs(m, inputs));
   if (!m.predict_step) {
     const std::size_t nx = m.inputs.size();
+    const step_names n = names_of(m);
+    function_options options;
+    options.input_names = joined(n.features, n.weights);
+    options.output_names = n.outputs;
     m.predict_step = std::make_unique<function>([&m, nx](const std::vector<sym>& in) {
       const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
       const std::vector<sym> w(in.begin() + static_cast<std::ptrdiff_t>(nx), in.end());
       return m.forward(x, w, nullptr, false, nullptr);
-    });
+    }, std::move(options));
   }
   std::vector<tensor> args = inputs;
   args.insert(args.end(), m.values.begin(), m.values.end());

@@ -13,9 +13,12 @@
 #include <vector>
 
 #include "../support/protobuf_wire.hpp"
+#include "ops/graph/function.hpp"
+#include "ops/passes/fusion.hpp"
 #include "ops/tensor.hpp"
 #include "serialization/checkpoint.hpp"
 #include "serialization/example.hpp"
+#include "serialization/graph_codec.hpp"
 #include "serialization/tensor_codec.hpp"
 #include "serialization/tensor_frame.hpp"
 #include "serialization/tfevents.hpp"
@@ -274,6 +277,36 @@ void digits_seeds(const fs::path& root) {
   out.put("label_out_of_range", with_mode(0, line + "12\n"));
 }
 
+void graph_seeds(const fs::path& root) {
+  const corpus_dir out = make_dir(root, "graph");
+  // A small model: a matmul, a bias, a fused activation, a reduction, named inputs and outputs.
+  af::function_options options;
+  options.input_names = {"x", "w"};
+  options.output_names = {"probabilities", "total"};
+  options.input_signature = std::vector<af::graph::value_type>{{af::dtype::f32, {-1, 3}}, {af::dtype::f32, {3, 2}}};
+  af::function fn{[](const std::vector<af::sym>& in) {
+                    auto h = af::gelu(af::matmul(in[0], in[1]) + 0.5, true);
+                    return std::vector<af::sym>{af::softmax(h), af::reduce_sum(h)};
+                  },
+                  options};
+  auto traced = value_or_die(fn.concrete({{af::dtype::f32, {2, 3}}, {af::dtype::f32, {3, 2}}}), "trace");
+  af::graph::module m;
+  m.functions.push_back({"predict", traced->optimized});
+  m.functions.push_back({"traced", traced->traced});
+  m.signatures.push_back(af::graph::signature_of("serving_default", "predict", traced->optimized));
+  out.put("module", af::encode_module(m));
+  out.put("graph", af::encode_graph(traced->optimized));
+  // Each kind of attribute, a constant, an integer input and an op on a device.
+  af::graph::graph_builder b;
+  const auto indices = b.parameter({af::dtype::i64, {4}}, "ids");
+  b.place_on("cpu:1");
+  const auto hot = b.add("one_hot", {indices}, {{"depth", int64_t{5}}, {"on_value", 2.5}}).value();
+  const auto c = b.constant(af::tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5}, {5}));
+  const auto y = b.add("mul", {hot, c}).value();
+  const auto z = b.add("transpose", {y}, {{"perm", std::vector<int64_t>{1, 0}}}).value();
+  out.put("attributes", af::encode_graph(std::move(b).finish({z}, {"scaled"})));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -287,6 +320,7 @@ int main(int argc, char** argv) {
   tensor_frame_seeds(root);
   tfevents_seeds(root);
   digits_seeds(root);
+  graph_seeds(root);
   fs::remove_all(scratch);
   return 0;
 }

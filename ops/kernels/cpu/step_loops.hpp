@@ -62,7 +62,11 @@ void binary_steps(T* __restrict o, const T* __restrict a, const T* __restrict b,
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AF_STEP_LOOPS_AVX512 1
+#if defined(__clang__)  // clang knows no prefer-vector-width in a target attribute
+#define AF_AVX512_TARGET [[gnu::target("avx512f,avx512dq,avx512vl,avx512bw")]]
+#else
 #define AF_AVX512_TARGET [[gnu::target("avx512f,avx512dq,avx512vl,avx512bw,prefer-vector-width=512")]]
+#endif
 template <class T, class F>
 AF_AVX512_TARGET void unary_steps_avx512(T* __restrict o, const T* __restrict a, int64_t n, affine<T> pre,
                                          affine<T> post) {

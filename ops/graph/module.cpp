@@ -1,0 +1,98 @@
+#include "ops/graph/module.hpp"
+
+#include <set>
+
+namespace af::graph {
+
+namespace {
+
+error invalid(std::string what) { return make_error(errc::invalid_argument, std::move(what)); }
+
+// A spec fits a value the function takes or returns when each of its dims is the function's, or
+// the function's is -1 (the signature may promise less than the function accepts, never more).
+bool fits(const value_type& spec, const value_type& actual) {
+  if (spec.type != actual.type || spec.dims.size() != actual.dims.size()) return false;
+  for (std::size_t i = 0; i < spec.dims.size(); ++i)
+    if (spec.dims[i] != actual.dims[i] && actual.dims[i] != -1) return false;
+  return true;
+}
+
+std::vector<tensor_spec> inputs_of(const graph& g) {
+  std::vector<tensor_spec> out;
+  for (node_id p : g.parameters()) out.push_back({g.at(p).label, g.at(p).out});
+  return out;
+}
+
+std::vector<tensor_spec> outputs_of(const graph& g) {
+  std::vector<tensor_spec> out;
+  for (std::size_t i = 0; i < g.outputs().size(); ++i) out.push_back({g.output_names()[i], g.at(g.outputs()[i]).out});
+  return out;
+}
+
+expected<void> unique_names(const std::vector<tensor_spec>& specs, const std::string& where) {
+  std::set<std::string_view> seen;
+  for (const auto& s : specs) {
+    if (s.name.empty()) return invalid(where + ": a value has no name");
+    if (!seen.insert(s.name).second) return invalid(where + ": the name '" + s.name + "' is used twice");
+  }
+  return {};
+}
+
+expected<void> matches(const std::vector<tensor_spec>& promised, const std::vector<tensor_spec>& actual,
+                       const std::string& where) {
+  if (promised.size() != actual.size())
+    return invalid(where + ": " + std::to_string(promised.size()) + " listed, the function has " + std::to_string(actual.size()));
+  for (std::size_t i = 0; i < promised.size(); ++i) {
+    if (promised[i].name != actual[i].name)
+      return invalid(where + " " + std::to_string(i) + ": '" + promised[i].name + "' listed, the function's is '" +
+                     actual[i].name + "'");
+    if (!fits(promised[i].type, actual[i].type))
+      return invalid(where + " '" + promised[i].name + "': " + to_string(promised[i].type) + " listed, the function's is " +
+                     to_string(actual[i].type));
+  }
+  return {};
+}
+
+}  // namespace
+
+const graph* module::find_function(std::string_view name) const noexcept {
+  for (const auto& f : functions)
+    if (f.name == name) return &f.body;
+  return nullptr;
+}
+
+const signature* module::find_signature(std::string_view name) const noexcept {
+  for (const auto& s : signatures)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+expected<void> module::verify() const {
+  std::set<std::string_view> names;
+  for (const auto& f : functions) {
+    const std::string where = "function '" + f.name + "'";
+    if (f.name.empty()) return invalid("a function has no name");
+    if (!names.insert(f.name).second) return invalid(where + " is defined twice");
+    auto checked = f.body.verify();
+    if (!checked) return invalid(where + ": " + checked.error_value().message);
+    AF_TRY(unique_names(inputs_of(f.body), where + " inputs"));
+    AF_TRY(unique_names(outputs_of(f.body), where + " outputs"));
+  }
+  names.clear();
+  for (const auto& s : signatures) {
+    const std::string where = "signature '" + s.name + "'";
+    if (s.name.empty()) return invalid("a signature has no name");
+    if (!names.insert(s.name).second) return invalid(where + " is defined twice");
+    const graph* body = find_function(s.function);
+    if (!body) return invalid(where + " calls function '" + s.function + "', which the module lacks");
+    AF_TRY(matches(s.inputs, inputs_of(*body), where + " input"));
+    AF_TRY(matches(s.outputs, outputs_of(*body), where + " output"));
+  }
+  return {};
+}
+
+signature signature_of(std::string name, std::string function, const graph& g) {
+  return {std::move(name), std::move(function), inputs_of(g), outputs_of(g)};
+}
+
+}  // namespace af::graph
