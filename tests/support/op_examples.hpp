@@ -49,6 +49,7 @@ inline std::vector<op_example> examples() {
       {"tanh", {real({2, 3})}, {}},
       {"sigmoid", {real({2, 3}, -6.0, 6.0)}, {}},
       {"erf", {real({2, 3})}, {}},
+      {"softplus", {real({2, 3}, -30.0, 30.0)}, {}},
       {"gelu", {real({2, 3}, -3.0, 3.0)}, {}},
       {"gelu", {real({2, 3}, -3.0, 3.0)}, {{"approximate", int64_t{1}}}},
       {"add", {real({2, 3}), real({3})}, {}},

@@ -60,6 +60,9 @@ struct sigmoid_formula {
     return x >= C(0) ? C(1) / (C(1) + e) : e / (C(1) + e);
   }
 };
+struct softplus_formula {  // log(1 + e^x) without overflow
+  template <class C> C operator()(C x) const { return (x > C(0) ? x : C(0)) + std::log1p(cpu::exp_of(-std::fabs(x))); }
+};
 struct gelu_erf_formula {
   template <class C> C operator()(C x) const {
     return C(0.5) * x * (C(1) + cpu::erf_of(x * C(0.70710678118654752440)));
@@ -153,6 +156,11 @@ void define_elementwise_unary(std::vector<op_def>& out) {
       "erf", "erf{f}({0})", rule([](gradient_emitter& e, const node& n, node_id, node_id g) -> input_gradients {
         const node_id x2 = e.mul(n.inputs[0], n.inputs[0]);
         return {e.mul(e.mul(g, 1.1283791670955126), e.op("exp", {e.neg(x2)}))};
+      })));
+  out.push_back(unary_def<softplus_formula, unary_domain::floating>(
+      "softplus", "(fmax{f}({0}, ({T})0) + log1p{f}(exp{f}(-fabs{f}({0}))))",
+      rule([](gradient_emitter& e, const node& n, node_id, node_id g) -> input_gradients {
+        return {e.mul(g, e.op("sigmoid", {n.inputs[0]}))};
       })));
 
   // GELU: x Phi(x) with the exact erf form, or the tanh approximation (tf.nn.gelu's `approximate`).
