@@ -1,12 +1,14 @@
 #include "ops/shape.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace af {
 
 int64_t numel(const shape& s) noexcept {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
   return n;
 }
 
@@ -15,7 +17,7 @@ strides contiguous_strides(const shape& s) {
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= std::max<int64_t>(s[i], 1);
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(s[i], 1), &acc)) acc = std::numeric_limits<int64_t>::max();
   }
   return st;
 }

@@ -16,7 +16,8 @@ inline constexpr std::size_t inline_dims = 6;
 using shape = small_vector<int64_t, inline_dims>;
 using strides = small_vector<int64_t, inline_dims>;
 
-/// Product of the dimensions (1 for a scalar, 0 when any dimension is 0).
+/// Product of the dimensions (1 for a scalar, 0 when any dimension is 0); INT64_MAX when it does not
+/// fit in 64 bits (shapes from files and attributes), which no allocation can satisfy.
 int64_t numel(const shape& s) noexcept;
 /// Row-major strides of a contiguous tensor of shape `s`.
 strides contiguous_strides(const shape& s);

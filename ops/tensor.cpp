@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 namespace af {
@@ -64,7 +65,12 @@ expected<tensor> tensor::empty(const af::shape& dims, dtype type, const std::sha
     if (d < 0)
       return make_error(errc::invalid_argument, "empty: negative dimension in shape " + af::to_string(dims));
   const std::shared_ptr<allocator>& owner = alloc ? alloc : cpu_allocator();
-  auto buf = owner->allocate(static_cast<std::size_t>(af::numel(dims)) * size_of(type));
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<std::size_t>(af::numel(dims)), size_of(type), &bytes) ||
+      af::numel(dims) == std::numeric_limits<int64_t>::max())
+    return make_error(errc::out_of_memory, "empty: " + std::string{af::to_string(type)} + af::to_string(dims) +
+                                               " is larger than any memory");
+  auto buf = owner->allocate(bytes);
   if (!buf) return std::move(buf).error_value();
   return tensor{type, dims, contiguous_strides(dims), 0, std::move(*buf)};
 }

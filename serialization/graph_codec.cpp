@@ -200,10 +200,10 @@ std::shared_ptr<const graph::fused_program> get_program(schema::FusedProgram::Re
 tensor get_constant(capnp::Data::Reader bytes, const graph::value_type& type, const std::string& where) {
   for (int64_t d : type.dims)
     if (d < 0) refuse(where + ": a constant of unknown shape " + to_string(type.dims));
-  const uint64_t expected = static_cast<uint64_t>(numel(type.dims)) * size_of(type.type);
-  if (bytes.size() != expected)
-    refuse(where + ": " + std::to_string(bytes.size()) + " bytes of data for " + graph::to_string(type) + " (" +
-           std::to_string(expected) + " expected)");
+  const auto count = static_cast<uint64_t>(numel(type.dims));  // saturates: never more than the bytes there
+  if (count > bytes.size() / size_of(type.type) || count * size_of(type.type) != bytes.size())
+    refuse(where + ": " + std::to_string(bytes.size()) + " bytes of data for " + graph::to_string(type));
+  const std::size_t expected = bytes.size();
   auto value = tensor::empty(type.dims, type.type);
   if (!value) refuse(where + ": " + value.error_value().message, value.error_value().code);
   if (expected) std::memcpy(value->raw_data(), bytes.begin(), expected);

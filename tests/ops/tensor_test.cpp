@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "ops/tensor.hpp"
 
 using af::tensor;
@@ -137,4 +139,14 @@ TEST_CASE("an empty tensor of any shape counts as contiguous and clones", "[cpu]
   auto dense = tt->contiguous();
   REQUIRE(dense);
   CHECK(dense->shape() == af::shape{0, 4});
+}
+
+TEST_CASE("a shape whose size does not fit in 64 bits is refused, not wrapped around", "[cpu][tensor]") {
+  CHECK(af::numel({int64_t{1} << 40, int64_t{1} << 40}) == std::numeric_limits<int64_t>::max());
+  auto huge = af::tensor::empty({int64_t{1} << 40, int64_t{1} << 40}, af::dtype::f32);
+  REQUIRE_FALSE(huge);
+  CHECK(huge.error_value().code == af::errc::out_of_memory);
+  auto just_over = af::tensor::empty({int64_t{1} << 62}, af::dtype::f64);  // 2^65 bytes
+  REQUIRE_FALSE(just_over);
+  CHECK_THAT(just_over.error_value().message, Catch::Contains("f64"));
 }
