@@ -21,7 +21,7 @@
 #include "actors/tsan_handoff.hpp"
 #include "ops/allocator.hpp"
 #include "ops/codegen/cpu_fused.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/op_registry.hpp"
 
 namespace af {

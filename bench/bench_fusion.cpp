@@ -15,8 +15,8 @@
 #include "actors/runtime.hpp"
 #include "bench_common.hpp"
 #include "ops/elementwise.hpp"
-#include "ops/graph/interpreter.hpp"
-#include "ops/graph/function.hpp"
+#include "ops/runtime/interpreter.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/parallel.hpp"
 #include "ops/random.hpp"
 

@@ -21,7 +21,7 @@
 
 #include "actors/runtime.hpp"
 #include "bench_common.hpp"
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/parallel.hpp"
 #include "ops/random.hpp"
 #include "ops/train/initializers.hpp"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/random.hpp"
 #include "ops/train/initializers.hpp"
 #include "ops/train/losses.hpp"

@@ -7,7 +7,7 @@
 
 #include "actors/graph_executor.hpp"
 #include "actors/runtime.hpp"
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/random.hpp"
 
 int main() {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "ops/passes/fusion.hpp"
+#include "ops/graph/fused_program.hpp"
 #include "ops/tensor.hpp"
 
 namespace af::codegen {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/passes/fusion.hpp"
+#include "ops/graph/fused_program.hpp"
 
 namespace af::codegen {
 

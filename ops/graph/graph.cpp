@@ -5,7 +5,7 @@
 #include <string_view>
 #include <utility>
 
-#include "ops/passes/fusion.hpp"
+#include "ops/graph/fused_program.hpp"
 
 namespace af::graph {
 

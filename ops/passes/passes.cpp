@@ -2,7 +2,6 @@
 
 #include <functional>
 
-#include "ops/graph/interpreter.hpp"
 #include "ops/passes/fusion.hpp"
 
 namespace af::graph {
@@ -67,14 +66,14 @@ graph fold_constants(const graph& g, int64_t max_elements) {
     for (auto d : dims)
       if (d < 0) return std::nullopt;
     if (numel(dims) > max_elements) return std::nullopt;
-    // Evaluate the node alone: a one-node graph over the constants.
-    graph_builder one;
-    std::vector<node_id> args;
-    for (auto in : inputs) args.push_back(one.constant(b.constant_value(in)));
-    auto made = one.add(n.op, std::move(args), n.attrs);
-    if (!made) return std::nullopt;
-    auto value = interpret(std::move(one).finish({*made}), {});
-    if (!value) return std::nullopt;
+    // The node's own CPU kernel on the constants (nodes carry complete attributes).
+    const op_def* def = find_op(n.op);
+    if (!def || !def->cpu_kernel) return std::nullopt;
+    std::vector<tensor> args;
+    for (auto in : inputs) args.push_back(b.constant_value(in));
+    auto value = def->cpu_kernel(args, n.attrs);
+    if (!value || value->size() != 1 || value->front().type() != n.out.type || value->front().shape() != n.out.dims)
+      return std::nullopt;
     return b.constant(value->front());
   });
 }

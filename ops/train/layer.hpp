@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 
 namespace af::nn {
 

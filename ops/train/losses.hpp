@@ -12,7 +12,7 @@
 //     ...
 //   }};
 
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 
 namespace af::losses {
 

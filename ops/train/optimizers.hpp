@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/tensor.hpp"
 
 namespace af::optimizers {

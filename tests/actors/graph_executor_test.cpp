@@ -15,8 +15,8 @@
 #include "actors/runtime.hpp"
 #include "actors/tracing.hpp"
 #include "ops/elementwise.hpp"
-#include "ops/graph/function.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/function.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/op_registry.hpp"
 #include "ops/random.hpp"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../support/protobuf_wire.hpp"
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/passes/fusion.hpp"
 #include "ops/tensor.hpp"
 #include "serialization/checkpoint.hpp"

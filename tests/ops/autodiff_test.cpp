@@ -8,9 +8,9 @@
 #include "graph_test_support.hpp"
 #include "ops/array_ops.hpp"
 #include "ops/elementwise.hpp"
-#include "ops/graph/function.hpp"
-#include "ops/graph/interpreter.hpp"
-#include "ops/graph/tape.hpp"
+#include "ops/runtime/function.hpp"
+#include "ops/runtime/interpreter.hpp"
+#include "ops/runtime/tape.hpp"
 #include "ops/linalg.hpp"
 #include "ops/passes/passes.hpp"
 

@@ -8,7 +8,7 @@
 #include "ops/linalg.hpp"
 #include "ops/nn.hpp"
 #include "ops/graph/graph.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/passes/fusion.hpp"
 
 using namespace af;

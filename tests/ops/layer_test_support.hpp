@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/train/layers.hpp"
 
 namespace layer_testing {

@@ -18,7 +18,7 @@
 #include "ops/gpu.hpp"
 #include "ops/graph/autodiff.hpp"
 #include "ops/graph/graph.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/graph/op_def.hpp"
 #include "ops/passes/fusion.hpp"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "graph_test_support.hpp"
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 #include "ops/train/optimizers.hpp"
 
 using namespace af;

@@ -4,8 +4,8 @@
 
 #include "graph_test_support.hpp"
 #include "ops/codegen/cpu_fused.hpp"
-#include "ops/graph/function.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/function.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/passes/fusion.hpp"
 #include "ops/passes/memory_plan.hpp"
 #include "ops/passes/passes.hpp"

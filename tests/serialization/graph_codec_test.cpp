@@ -8,8 +8,8 @@
 #include <string>
 
 #include "../support/op_examples.hpp"
-#include "ops/graph/function.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/function.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/passes/fusion.hpp"
 #include "serialization/graph_codec.hpp"
 

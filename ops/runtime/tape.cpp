@@ -1,7 +1,7 @@
-#include "ops/graph/tape.hpp"
+#include "ops/runtime/tape.hpp"
 
 #include "ops/graph/autodiff.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/interpreter.hpp"
 
 namespace af {
 

@@ -1,4 +1,4 @@
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/interpreter.hpp"
 
 #include <algorithm>
 #include <string>

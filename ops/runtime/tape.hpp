@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 
 namespace af {
 

@@ -1,9 +1,9 @@
-#include "ops/graph/function.hpp"
+#include "ops/runtime/function.hpp"
 
 #include <filesystem>
 
 #include "ops/graph/autodiff.hpp"
-#include "ops/graph/interpreter.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/passes/passes.hpp"
 
 namespace af {
