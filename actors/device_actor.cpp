@@ -1,6 +1,6 @@
-// The CPU device actor. Kernels run inside the handler, so requests are served one at a time in
-// mailbox order. Kernels run inside an allocator_scope of the device's allocator, so outputs and
-// temporaries are placed there directly and its limit bounds them.
+// The device actor. Kernels run inside the handler through the device's backend, so requests are
+// served one at a time in mailbox order; a CPU backend runs them inside an allocator_scope of its
+// allocator, so outputs and temporaries are placed there directly and its limit bounds them.
 
 #include "actors/device_actor.hpp"
 
@@ -12,6 +12,7 @@
 #include "actors/caf_error.hpp"
 #include "actors/resume_ordered.hpp"
 #include "actors/tracing.hpp"
+#include "ops/runtime/backend.hpp"
 
 namespace af {
 
@@ -20,9 +21,7 @@ namespace {
 // -- state --------------------------------------------------------------------------------------
 
 struct device_state {
-  std::string name;
-  std::shared_ptr<allocator> memory;
-  std::shared_ptr<const op_registry> ops;
+  std::shared_ptr<backend> device;
   std::unique_ptr<trace::activity> act;
 };
 
@@ -36,30 +35,23 @@ error on_device(const std::string& device, const std::string& op, error err) {
   return err;
 }
 
-using cpu_device_actor = detail::resume_ordered<caf::stateful_actor<device_state, device_actor::base>>;
+using device_actor_impl = detail::resume_ordered<caf::stateful_actor<device_state, device_actor::base>>;
 
-device_actor::behavior_type cpu_device(cpu_device_actor* self,
-                                       std::string name, std::shared_ptr<allocator> memory,
-                                       std::shared_ptr<const op_registry> ops) {
+device_actor::behavior_type device_behavior(device_actor_impl* self, std::shared_ptr<backend> device) {
   auto& st = self->state;
-  st.act = std::make_unique<trace::activity>(name);
-  st.name = std::move(name);
-  st.memory = std::move(memory);
-  st.ops = std::move(ops);
+  st.act = std::make_unique<trace::activity>(device->properties().name);
+  st.device = std::move(device);
   return {
       [self](exec_atom, const std::string& op, const std::vector<tensor>& inputs,
              const op_attrs& attrs) -> caf::result<std::vector<tensor>> {
         auto& s = self->state;
         const int64_t start = trace::now_ns();
-        auto outputs = [&] {
-          allocator_scope on_device{s.memory};
-          return s.ops->run(op, inputs, attrs);
-        }();
+        auto outputs = s.device->run(op, inputs, attrs);
         s.act->busy_since(start, trace::intern(op), 1);
-        if (!outputs) return to_caf_error(on_device(s.name, op, std::move(outputs).error_value()));
+        if (!outputs) return to_caf_error(on_device(s.device->properties().name, op, std::move(outputs).error_value()));
         return std::move(*outputs);
       },
-      [self](stats_atom) -> allocator_stats { return self->state.memory->stats(); },
+      [self](stats_atom) -> allocator_stats { return self->state.device->memory()->stats(); },
   };
 }
 
@@ -69,8 +61,11 @@ expected<device_actor> spawn_cpu_device(caf::actor_system& sys, device_options o
   options.memory.name = options.name;
   auto memory = make_cpu_allocator(options.memory);
   if (!memory) return memory.error_value();
-  auto ops = options.ops ? options.ops : default_op_registry();
-  return sys.spawn(cpu_device, options.name, std::move(*memory), std::move(ops));
+  return spawn_device(sys, make_cpu_backend({options.name, std::move(*memory), std::move(options.ops)}));
+}
+
+device_actor spawn_device(caf::actor_system& sys, std::shared_ptr<backend> device) {
+  return sys.spawn(device_behavior, std::move(device));
 }
 
 void register_device_message_types(caf::actor_system_config& cfg) {

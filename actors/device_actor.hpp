@@ -1,7 +1,8 @@
 #pragma once
 
-// A CPU device as an actor: it owns an allocator and an op table and runs kernels on request, one
-// request at a time in arrival order. Include only from actor translation units (pulls in CAF).
+// A device as an actor: it owns a backend (ops/runtime/backend.hpp: memory, kernels, queue) and runs
+// kernels on request through it, one request at a time in arrival order. Include only from actor
+// translation units (pulls in CAF).
 //
 // Protocol (typed):
 //   (exec_atom, op name, inputs, attrs) -> outputs, or an af error naming the op
@@ -30,6 +31,8 @@ using device_actor = caf::typed_actor<
     caf::replies_to<exec_atom, std::string, std::vector<tensor>, op_attrs>::with<std::vector<tensor>>,
     caf::replies_to<stats_atom>::with<allocator_stats>>;
 
+class backend;
+
 struct device_options {
   /// Name in errors and spans ("cpu:0").
   std::string name = "cpu:0";
@@ -42,6 +45,8 @@ struct device_options {
 /// Spawns a CPU device actor; the allocator's error (a preallocate policy without a limit, an arena
 /// the system refuses) when it cannot be made.
 expected<device_actor> spawn_cpu_device(caf::actor_system& sys, device_options options = {});
+/// Spawns a device actor that runs everything through `device` (named by its properties).
+device_actor spawn_device(caf::actor_system& sys, std::shared_ptr<backend> device);
 
 /// Registers op_attrs and allocator_stats as message types (configure_actor_system calls it).
 void register_device_message_types(caf::actor_system_config& cfg);

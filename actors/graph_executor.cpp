@@ -19,10 +19,13 @@
 #include "actors/runtime.hpp"
 #include "actors/tracing.hpp"
 #include "actors/tsan_handoff.hpp"
+#include <ostream>
+
 #include "ops/allocator.hpp"
-#include "ops/codegen/cpu_fused.hpp"
-#include "ops/runtime/interpreter.hpp"
 #include "ops/op_registry.hpp"
+#include "ops/passes/placement.hpp"
+#include "ops/runtime/backend.hpp"
+#include "ops/runtime/interpreter.hpp"
 
 namespace af {
 
@@ -53,8 +56,7 @@ struct node_plan {
   caf::actor caller;
   std::string where;  // "node 7 (matmul, model.cpp:12) on cpu:0"
   std::string activity;  // "cpu:0/matmul#7": the row of its spans in a trace
-  std::shared_ptr<allocator> memory;  // the device's
-  std::shared_ptr<const op_registry> ops;
+  std::shared_ptr<backend> device;
 };
 
 struct node_state {
@@ -69,9 +71,10 @@ struct node_state {
 using node_actor = detail::resume_ordered<caf::stateful_actor<node_state>>;
 
 expected<tensor> compute(const node_plan& p, const std::vector<tensor>& inputs) {
-  allocator_scope on_device{p.memory};
-  if (p.program) return codegen::run_fused_cpu(*p.program, inputs);
-  return graph::evaluate_op(p.op, inputs, *p.ops);
+  AF_TRY_ASSIGN(auto made, p.device->run_node(p.op, p.program.get(), inputs));
+  // The caller reads outputs in host memory.
+  if (!p.graph_outputs.empty() && !p.device->properties().host_memory) return p.device->to_host(made);
+  return made;
 }
 
 caf::behavior node_behavior(node_actor* self, std::shared_ptr<node_plan> plan) {
@@ -139,7 +142,8 @@ std::size_t graph_executor::actor_count() const noexcept { return impl_ ? impl_-
 
 namespace {
 
-// The options' devices with defaults filled in; "cpu:0" when none are given.
+// The options' devices with defaults filled in (a CPU backend for each without its own); "cpu:0"
+// when none are given.
 expected<std::vector<executor_device>> devices_of(executor_options options) {
   auto devices = std::move(options.devices);
   if (devices.empty()) devices.emplace_back();
@@ -151,8 +155,25 @@ expected<std::vector<executor_device>> devices_of(executor_options options) {
         return make_error(errc::invalid_argument, "graph executor: device '" + d.name + "' is listed twice");
     if (!d.memory) d.memory = cpu_allocator();
     if (!d.ops) d.ops = default_op_registry();
+    if (!d.device) d.device = make_cpu_backend({d.name, d.memory, d.ops});
   }
   return devices;
+}
+
+const executor_device* device_named(const std::vector<executor_device>& devices, const std::string& name) {
+  if (name.empty()) return &devices.front();
+  auto named = std::find_if(devices.begin(), devices.end(), [&](const executor_device& d) { return d.name == name; });
+  return named == devices.end() ? nullptr : &*named;
+}
+
+// Copies where a value moves between devices that do not both keep tensors in host memory.
+graph::graph with_copies(const graph::graph& g, const std::vector<executor_device>& devices) {
+  return graph::insert_copies(g, [&](const std::string& from, const std::string& to) {
+    const executor_device* a = device_named(devices, from);
+    const executor_device* b = device_named(devices, to);
+    if (!a || !b || a == b) return false;  // an unknown device fails the launch below
+    return !(a->device->properties().host_memory && b->device->properties().host_memory);
+  });
 }
 
 std::string device_names(const std::vector<executor_device>& devices) {
@@ -163,9 +184,11 @@ std::string device_names(const std::vector<executor_device>& devices) {
 
 }  // namespace
 
-expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph g, executor_options options) {
-  AF_TRY(g.verify());
+expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph placed, executor_options options) {
+  AF_TRY(placed.verify());
+  std::ostream* placement_log = options.log_device_placement;
   AF_TRY_ASSIGN(const auto devices, devices_of(std::move(options)));
+  graph::graph g = with_copies(placed, devices);
   auto state = std::make_unique<impl>(rt.system());
   const auto& nodes = g.nodes();
   const caf::actor caller = caf::actor_cast<caf::actor>(state->caller);
@@ -182,25 +205,30 @@ expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph g, exe
     p->op = n;
     if (n.op == "fused") p->program = g.shared_program(static_cast<graph::node_id>(i));
     p->fixed.resize(n.inputs.size());
-    for (std::size_t s = 0; s < n.inputs.size(); ++s) {
-      const auto in = n.inputs[s];
-      if (nodes[static_cast<std::size_t>(in)].op == "constant") p->fixed[s] = g.constant_value(in);
-      else ++p->arriving;
-    }
     p->caller = caller;
     const std::string node_name = "node " + std::to_string(i) + " (" + n.op + (n.label.empty() ? "" : ", " + n.label) + ")";
-    const executor_device* device = &devices.front();
-    if (!n.device.empty()) {
-      auto named = std::find_if(devices.begin(), devices.end(), [&](const executor_device& d) { return d.name == n.device; });
-      if (named == devices.end())
-        return make_error(errc::invalid_argument, node_name + " is placed on '" + n.device +
-                                                      "', but the executor's devices are " + device_names(devices));
-      device = &*named;
+    const executor_device* device = device_named(devices, n.device);
+    if (!device)
+      return make_error(errc::invalid_argument, node_name + " is placed on '" + n.device +
+                                                    "', but the executor's devices are " + device_names(devices));
+    if (!device->device->supports(*graph::find_op(n.op)))
+      return make_error(errc::unsupported, node_name + " is placed on '" + device->name + "', which has no kernel for it");
+    for (std::size_t s = 0; s < n.inputs.size(); ++s) {
+      const auto in = n.inputs[s];
+      if (nodes[static_cast<std::size_t>(in)].op != "constant") {
+        ++p->arriving;
+        continue;
+      }
+      auto uploaded = device->device->from_host(g.constant_value(in));  // once, not per step
+      if (!uploaded) return make_error(uploaded.error_value().code, node_name + ": its constant input " +
+                                                                        std::to_string(s) + " on " + device->name + ": " +
+                                                                        uploaded.error_value().message);
+      p->fixed[s] = std::move(*uploaded);
     }
+    if (placement_log) *placement_log << node_name << ": " << device->name << '\n';
     p->where = node_name + " on " + device->name;
     p->activity = device->name + "/" + n.op + "#" + std::to_string(i);
-    p->memory = device->memory;
-    p->ops = device->ops;
+    p->device = device->device;
     plans[i] = std::move(p);
   }
   for (std::size_t o = 0; o < g.outputs().size(); ++o) {

@@ -18,6 +18,7 @@ std::string_view to_string(op_category c) noexcept {
     case op_category::conversion: return "conversion";
     case op_category::reduction: return "reduction";
     case op_category::movement: return "movement";
+    case op_category::transfer: return "transfer";
     case op_category::indexing: return "indexing";
     case op_category::contraction: return "contraction";
     case op_category::pooling: return "pooling";

@@ -34,6 +34,7 @@ enum class op_category : uint8_t {
   conversion,          ///< cast
   reduction,           ///< sums, maxima, arg-extrema, softmax along axes
   movement,            ///< reshape, transpose, broadcast_to, slice: views of the same numbers
+  transfer,            ///< copy: a value brought into another device's memory
   indexing,            ///< concat, stack, gather, one_hot and the gradients of slicing and gathering
   contraction,         ///< matmul, convolutions and their gradients
   pooling,             ///< windowed max/average and their gradients

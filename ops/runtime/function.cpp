@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "ops/graph/autodiff.hpp"
+#include "ops/runtime/backend.hpp"
 #include "ops/runtime/interpreter.hpp"
 #include "ops/passes/passes.hpp"
 
@@ -26,6 +27,8 @@ sym apply_at(const std::string& op, const std::vector<sym>& inputs, op_attrs att
   }
   auto made = b->add(op, std::move(ids), std::move(attrs), at);
   if (!made) throw trace_error(make_error(made.error_value().code, made.error_value().message + where));
+  auto placed = check_placement(b->placement(), *graph::find_op(op));  // add() knows the op
+  if (!placed) throw trace_error(make_error(placed.error_value().code, placed.error_value().message + where));
   return sym{b, *made};
 }
 
@@ -104,6 +107,8 @@ sym less(const sym& a, const sym& b, where_from from) { return apply("less", {a,
 
 device_scope::device_scope(const sym& in_trace_of, std::string device)
     : builder_(in_trace_of.builder()), previous_(builder_->placement()) {
+  auto known = check_device_kind(device);
+  if (!known) throw trace_error(known.error_value());
   builder_->place_on(std::move(device));
 }
 

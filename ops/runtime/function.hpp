@@ -144,7 +144,8 @@ sym broadcast_to(const sym& x, std::vector<int64_t> dims, where_from from = wher
 
 /// Places the ops traced while it lives on `device` ("cpu:1"; the executor maps names to devices),
 /// as `with tf.device(...)` does; the trace's previous placement holds again when it ends. Gradient
-/// ops go where their forward op is.
+/// ops go where their forward op is. A device of a kind no backend serves, or an op traced on a
+/// device that has no kernel for it, fails the trace there (ops/runtime/backend.hpp).
 class device_scope {
  public:
   device_scope(const sym& in_trace_of, std::string device);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "ops/codegen/cpu_fused.hpp"
 
 namespace af::graph {
 
@@ -14,11 +13,6 @@ std::string where(std::size_t i, const node& n) {
 }
 
 }  // namespace
-
-expected<tensor> evaluate_op(const node& n, const std::vector<tensor>& inputs, const op_registry& ops) {
-  AF_TRY_ASSIGN(auto outs, ops.run(n.op, inputs, n.attrs));
-  return std::move(outs.front());
-}
 
 expected<void> check_parameters(const graph& g, const std::vector<tensor>& values) {
   const auto& params = g.parameters();
@@ -40,7 +34,7 @@ expected<void> check_parameters(const graph& g, const std::vector<tensor>& value
   return {};
 }
 
-expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters, const op_registry& ops) {
+expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters, backend& device) {
   AF_TRY(check_parameters(g, parameters));
   const auto& nodes = g.nodes();
   std::vector<std::size_t> last_use(nodes.size(), 0);
@@ -69,9 +63,9 @@ expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor
         values[id] = tensor{};
         if (!reuse && in[k].is_unique()) reuse = &in[k];
       }
-      made = codegen::run_fused_cpu(g.program(static_cast<node_id>(i)), in, reuse);
+      made = device.run_node(n, &g.program(static_cast<node_id>(i)), in, reuse);
     } else {
-      made = evaluate_op(n, in, ops);
+      made = device.run_node(n, nullptr, in);
     }
     if (!made) return make_error(made.error_value().code, where(i, n) + ": " + made.error_value().message);
     values[i] = std::move(*made);

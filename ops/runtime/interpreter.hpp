@@ -1,25 +1,21 @@
 #pragma once
 
-// Runs a graph on the CPU node by node, in its stored order: the reference semantics of a graph,
-// and the executor for graphs small enough that actor hand-offs would cost more than the kernels.
-// Each intermediate tensor is released after its last use.
+// Runs a graph node by node, in its stored order, on one backend (the CPU by default; placements are
+// ignored): the reference semantics of a graph, and the executor for graphs small enough that
+// actor hand-offs would cost more than the kernels. Each intermediate tensor is released after its
+// last use.
 
 #include <vector>
 
 #include "ops/graph/graph.hpp"
-#include "ops/op_registry.hpp"
+#include "ops/runtime/backend.hpp"
 
 namespace af::graph {
 
 /// The graph's outputs for `parameters` (in parameters() order; dtypes must match, dims where the
 /// graph says -1 may be anything). Errors name the node's op and its label.
 expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters,
-                                        const op_registry& ops = *default_op_registry());
-
-/// One op node (not a source, not fused) on its input values through the kernel table `ops`
-/// (movement ops return views).
-expected<tensor> evaluate_op(const node& n, const std::vector<tensor>& inputs,
-                             const op_registry& ops = *default_op_registry());
+                                        backend& device = default_cpu_backend());
 
 /// Checks `values` against the graph's parameter types; invalid_argument naming the first that
 /// differs.

@@ -14,7 +14,7 @@ gradient_tape::gradient_tape() : builder_(std::make_unique<graph::graph_builder>
     }
     std::vector<tensor> inputs;
     for (auto in : n.inputs) inputs.push_back(values_.at(in));
-    AF_TRY_ASSIGN(auto made, graph::evaluate_op(n, inputs));
+    AF_TRY_ASSIGN(auto made, default_cpu_backend().run_node(n, nullptr, inputs));
     values_[id] = std::move(made);
     return {};
   });

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <sstream>
 #include <thread>
 
 #include "../support/cpu_burn.hpp"
@@ -16,6 +17,7 @@
 #include "actors/tracing.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/runtime/function.hpp"
+#include "ops/runtime/backend.hpp"
 #include "ops/runtime/interpreter.hpp"
 #include "ops/op_registry.hpp"
 #include "ops/random.hpp"
@@ -139,27 +141,27 @@ TEST_CASE("nodes placed on a device allocate from its allocator and the rest run
 TEST_CASE("a device's memory limit fails the step naming the node and the device", "[actors][graph]") {
   runtime rt{{.scheduler_threads = 2}};
   function fn{[](const syms& in) {
-    device_scope on{in[0], "small"};
+    device_scope on{in[0], "cpu:7"};
     return syms{matmul(in[0], in[0], false, true)};  // 256 x 256 doubles: 512 KiB
   }};
   auto concrete = fn.concrete({{dtype::f64, {256, 4}}});
   REQUIRE(concrete);
-  auto small = make_cpu_allocator({.memory_limit = 64 << 10, .name = "small"}).value();
-  auto exec = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{"cpu:0"}, {"small", small}}});
+  auto small = make_cpu_allocator({.memory_limit = 64 << 10, .name = "cpu:7"}).value();
+  auto exec = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{"cpu:0"}, {"cpu:7", small}}});
   REQUIRE(exec);
   auto got = exec->run({random_tensor({256, 4}, 3)});
   REQUIRE_FALSE(got);
   CHECK(got.error_value().code == errc::out_of_memory);
   const std::string& message = got.error_value().message;
   CHECK(message.find("matmul") != std::string::npos);
-  CHECK(message.find("on small") != std::string::npos);
+  CHECK(message.find("on cpu:7") != std::string::npos);
   CHECK(small->stats().bytes_in_use == 0);
 }
 
 TEST_CASE("a node placed on a device the executor lacks fails the launch naming both", "[actors][graph]") {
   runtime rt{{.scheduler_threads = 1}};
   function fn{[](const syms& in) {
-    device_scope on{in[0], "gpu:0"};
+    device_scope on{in[0], "cpu:3"};
     return syms{exp(in[0])};
   }};
   auto concrete = fn.concrete({{dtype::f64, {4}}});
@@ -167,10 +169,10 @@ TEST_CASE("a node placed on a device the executor lacks fails the launch naming 
   auto exec = graph_executor::launch(rt, (*concrete)->optimized);
   REQUIRE_FALSE(exec);
   CHECK(exec.error_value().code == errc::invalid_argument);
-  CHECK(exec.error_value().message.find("'gpu:0'") != std::string::npos);
+  CHECK(exec.error_value().message.find("'cpu:3'") != std::string::npos);
   CHECK(exec.error_value().message.find("cpu:0") != std::string::npos);
   CHECK(exec.error_value().message.find("exp") != std::string::npos);
-  auto twice = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{"gpu:0"}, {"gpu:0"}}});
+  auto twice = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{"cpu:3"}, {"cpu:3"}}});
   REQUIRE_FALSE(twice);
   CHECK(twice.error_value().message.find("listed twice") != std::string::npos);
 }
@@ -230,4 +232,92 @@ TEST_CASE("independent branches of a graph run at the same time", "[actors][grap
   const double two_threads = std::chrono::duration<double>(clock_type::now() - start) / work;
   if (two_threads > 1.4) AF_SKIP("two threads burning " << work.count() << " ms each took " << two_threads << " times that: no two free cores");
   CHECK(best_wall < 1.6);
+}
+
+namespace {
+
+// A CPU device that claims its tensors live elsewhere: the executor must copy values in and out
+// of it. It counts what it is asked to do.
+class far_memory_backend final : public backend {
+ public:
+  explicit far_memory_backend(std::string name) : inner_(make_cpu_backend({name})) {
+    props_ = inner_->properties();
+    props_.host_memory = false;
+  }
+  const backend_properties& properties() const noexcept override { return props_; }
+  const std::shared_ptr<allocator>& memory() const noexcept override { return inner_->memory(); }
+  bool supports(const graph::op_def& op) const override { return inner_->supports(op); }
+  expected<std::vector<tensor>> run(const std::string& op, const std::vector<tensor>& in, const op_attrs& a) override {
+    if (op == "copy") ++copies;
+    return inner_->run(op, in, a);
+  }
+  expected<tensor> run_fused(const graph::fused_program& p, const std::vector<tensor>& in, const tensor* reuse) override {
+    ++fused_runs;
+    return inner_->run_fused(p, in, reuse);
+  }
+  expected<tensor> from_host(const tensor& t) override { return t.clone(); }
+  expected<tensor> to_host(const tensor& t) override {
+    ++to_host_calls;
+    return t.clone();
+  }
+  expected<void> synchronize() override { return {}; }
+  std::atomic<int> copies{0}, fused_runs{0}, to_host_calls{0};
+
+ private:
+  std::shared_ptr<backend> inner_;
+  backend_properties props_;
+};
+
+}  // namespace
+
+TEST_CASE("values crossing into a device without host memory are copied, and every node runs through its backend",
+          "[actors][graph]") {
+  runtime rt{{.scheduler_threads = 2}};
+  function fn{[](const syms& in) {
+    auto h = exp(in[0]) * 2.0;  // on the default device
+    sym far = h;
+    {
+      device_scope on{in[0], "cpu:9"};
+      far = tanh(h + in[1]) * 3.0;  // h and in[1] cross to cpu:9; tanh * 3 fuses there
+    }
+    return syms{far, h};
+  }};
+  auto concrete = fn.concrete({{dtype::f64, {8}}, {dtype::f64, {8}}});
+  REQUIRE(concrete);
+  auto far = std::make_shared<far_memory_backend>("cpu:9");
+  std::ostringstream placements;
+  auto exec = graph_executor::launch(rt, (*concrete)->optimized,
+                                     {.devices = {{"cpu:0"}, {.name = "cpu:9", .device = far}},
+                                      .log_device_placement = &placements});
+  REQUIRE(exec);
+  const auto x = random_tensor({8}, 1), y = random_tensor({8}, 2);
+  auto got = exec->run({x, y});
+  REQUIRE(got);
+  auto want = graph::interpret((*concrete)->traced, {x, y});
+  REQUIRE(want);
+  for (std::size_t i = 0; i < 2; ++i)
+    for (int64_t k = 0; k < 8; ++k)
+      CHECK((*got)[i].to_vector<double>()[static_cast<std::size_t>(k)] ==
+            Approx((*want)[i].to_vector<double>()[static_cast<std::size_t>(k)]).epsilon(1e-12));
+  CHECK(far->copies == 2);        // h and y, once each
+  CHECK(far->fused_runs >= 1);    // fused nodes go through the backend too
+  CHECK(far->to_host_calls == 1);  // the graph output made there comes back to host memory
+  const std::string log = placements.str();
+  CHECK_THAT(log, Catch::Contains("(copy") && Catch::Contains(": cpu:9") && Catch::Contains(": cpu:0"));
+}
+
+TEST_CASE("a device without a kernel for a node's op fails the launch naming both", "[actors][graph]") {
+  runtime rt{{.scheduler_threads = 1}};
+  function fn{[](const syms& in) { return syms{exp(in[0])}; }};
+  auto concrete = fn.concrete({{dtype::f64, {4}}});
+  REQUIRE(concrete);
+  auto without_exp = std::make_shared<op_registry>();
+  without_exp->add("tanh", [](const std::vector<tensor>& in, const op_attrs&) -> expected<std::vector<tensor>> {
+    AF_TRY_ASSIGN(auto t, tanh(in[0]));
+    return std::vector<tensor>{t};
+  });
+  auto exec = graph_executor::launch(rt, (*concrete)->optimized, {.devices = {{.name = "cpu:0", .ops = without_exp}}});
+  REQUIRE_FALSE(exec);
+  CHECK(exec.error_value().code == errc::unsupported);
+  CHECK_THAT(exec.error_value().message, Catch::Contains("exp") && Catch::Contains("cpu:0"));
 }

@@ -10,6 +10,7 @@
 #include "ops/codegen/cuda_fused.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/gpu.hpp"
+#include "ops/runtime/backend.hpp"
 #include "ops/runtime/function.hpp"
 #include "ops/runtime/interpreter.hpp"
 #include "ops/passes/fusion.hpp"
@@ -406,4 +407,29 @@ TEST_CASE("device_scope places traced ops and their gradients; passes keep devic
   auto want = graph::interpret(traced, {x});
   REQUIRE(want);
   check_close(got->front(), want->front(), 1e-5, 1e-5);
+}
+
+TEST_CASE("placing an op on a device that cannot run it fails the trace naming the op and the device", "[graph]") {
+  function unknown_kind{[](const syms& in) {
+    device_scope on{in[0], "tpu:0"};
+    return syms{exp(in[0])};
+  }};
+  auto refused = unknown_kind.concrete({{dtype::f32, {4}}});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error_value().code == errc::unsupported);
+  CHECK_THAT(refused.error_value().message, Catch::Contains("'tpu:0'") && Catch::Contains("cpu"));
+
+  // A kind whose backend runs only additions: exp fails where it is traced.
+  register_device_kind("adder", [](const graph::op_def& op) {
+    return op.name == "add" || op.category == graph::op_category::source;
+  });
+  function partly{[](const syms& in) {
+    device_scope on{in[0], "adder:0"};
+    auto sum = in[0] + in[0];
+    return syms{exp(sum)};
+  }};
+  auto failed = partly.concrete({{dtype::f32, {4}}});
+  REQUIRE_FALSE(failed);
+  CHECK_THAT(failed.error_value().message,
+             Catch::Contains("'exp'") && Catch::Contains("adder:0") && Catch::Contains("function_test.cpp"));
 }

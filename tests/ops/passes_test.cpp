@@ -8,6 +8,7 @@
 #include "ops/runtime/interpreter.hpp"
 #include "ops/passes/fusion.hpp"
 #include "ops/passes/memory_plan.hpp"
+#include "ops/passes/placement.hpp"
 #include "ops/passes/passes.hpp"
 
 using namespace af;
@@ -205,4 +206,28 @@ TEST_CASE("a fused kernel reads a bias over the trailing dims without broadcasti
     REQUIRE(reference);
     check_close(out->front(), reference->front(), 1e-6, 1e-7, af::to_string(bias_dims));
   }
+}
+
+TEST_CASE("a copy is inserted once per value and device where the rule asks, and results are unchanged",
+          "[graph][passes]") {
+  const graph_t g = traced(
+      [](const syms& in) {
+        auto h = exp(in[0]);
+        sym a = h, b = h;
+        {
+          device_scope on{in[0], "cpu:1"};
+          a = tanh(h) + h * 2.0;  // h is read twice on cpu:1: one copy
+          b = a * in[1];          // in[1] crosses too
+        }
+        return syms{b + h};       // back on the default device: a copy of b
+      },
+      {{dtype::f64, {5}}, {dtype::f64, {5}}});
+  const graph_t copied = insert_copies(g, [](const std::string& from, const std::string& to) { return from != to; });
+  CHECK(g.count("copy") == 0);
+  CHECK(copied.count("copy") == 3);
+  for (const auto& n : copied.nodes())
+    if (n.op == "copy") CHECK(copied.at(n.inputs[0]).device != n.device);
+  check_preserves(g, copied, {random_tensor({5}, 1, dtype::f64), random_tensor({5}, 2, dtype::f64)});
+  // Between host-memory devices nothing moves.
+  CHECK(insert_copies(g, [](const std::string&, const std::string&) { return false; }).count("copy") == 0);
 }

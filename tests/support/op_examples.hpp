@@ -80,6 +80,7 @@ inline std::vector<op_example> examples() {
       {"log_softmax", {real({2, 5})}, {{"axis", int64_t{0}}}},
       {"reshape", {real({2, 3})}, {{"shape", ints{3, -1}}}},
       {"broadcast_to", {real({1, 3})}, {{"shape", ints{2, 3}}}},
+      {"copy", {real({2, 3})}, {}},
       {"transpose", {real({2, 3, 4})}, {{"perm", ints{2, 0, 1}}}},
       {"slice", {real({4, 3})}, {{"axis", int64_t{0}}, {"start", int64_t{1}}, {"stop", int64_t{4}}, {"step", int64_t{2}}}},
       {"concat", {real({2, 3}), real({1, 3})}, {{"axis", int64_t{0}}}},

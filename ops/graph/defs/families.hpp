@@ -17,7 +17,7 @@ void define_elementwise_unary(std::vector<op_def>& out);
 void define_elementwise_binary(std::vector<op_def>& out);
 void define_comparisons(std::vector<op_def>& out);  // and where, cast
 void define_reductions(std::vector<op_def>& out);
-void define_movement(std::vector<op_def>& out);
+void define_movement(std::vector<op_def>& out);  // and copy
 void define_indexing(std::vector<op_def>& out);
 void define_contractions(std::vector<op_def>& out);
 void define_pooling(std::vector<op_def>& out);

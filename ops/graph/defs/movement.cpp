@@ -129,9 +129,23 @@ op_def slice() {
   return d;
 }
 
+// Inserted by the placement pass (ops/passes/placement.hpp) where a value crosses to a device whose
+// memory its producer's cannot share; it runs on the reading device, so its output is allocated
+// there. (A CPU kernel copies host memory into the current allocator.)
+op_def copy() {
+  op_def d = basic_def("copy", op_category::transfer, 1);
+  d.infer = [](const std::vector<value_type>& in, const op_attrs&) -> expected<value_type> { return in[0]; };
+  d.cpu_kernel = [](const std::vector<tensor>& in, const op_attrs&) -> expected<std::vector<tensor>> {
+    return one(in[0].clone());
+  };
+  d.gradient = differentiable([](gradient_emitter&, const node&, node_id, node_id g) -> input_gradients { return {g}; });
+  return d;
+}
+
 }  // namespace
 
 void define_movement(std::vector<op_def>& out) {
+  out.push_back(copy());
   out.push_back(reshape());
   out.push_back(broadcast_to());
   out.push_back(transpose());
