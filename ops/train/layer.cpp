@@ -71,8 +71,9 @@ layer_output input(shape dims, dtype type, std::string name) {
 
 // -- layer -----------------------------------------------------------------------------------------
 
-std::string unique_layer_name(const std::string& base, const std::string& name) {
-  if (!name.empty()) return name;
+namespace {
+
+std::string process_unique(const std::string& base) {
   static std::mutex mtx;
   static std::map<std::string, int> counts;
   std::lock_guard lock{mtx};
@@ -80,7 +81,12 @@ std::string unique_layer_name(const std::string& base, const std::string& name) 
   return n == 1 ? base : base + "_" + std::to_string(n - 1);
 }
 
-layer::layer(std::string kind, std::string name) : kind_(std::move(kind)), name_(std::move(name)) {}
+}  // namespace
+
+layer::layer(std::string kind, layer_name name)
+    : kind_(std::move(kind)),
+      name_(name.given.empty() ? process_unique(name.base) : name.given),
+      automatic_base_(name.given.empty() ? std::move(name.base) : std::string{}) {}
 
 layer_output layer::operator()(const layer_output& x) {
   auto outs = (*this)(std::vector<layer_output>{x});

@@ -72,6 +72,13 @@ class call_context {
 class layer;
 struct model_node;
 
+/// A layer's name as its factory got it: `given` by the user, or (when empty) made from `base`
+/// ("dense", "dense_1", ... counting per base in this process).
+struct layer_name {
+  std::string base;
+  std::string given;
+};
+
 /// A value of a model being defined: output `index` of a layer application (or a model input).
 struct layer_output {
   std::shared_ptr<const model_node> node;
@@ -96,15 +103,18 @@ layer_output input(shape dims, dtype type = dtype::f32, std::string name = "inpu
 
 class layer : public std::enable_shared_from_this<layer> {
  public:
-  layer(std::string kind, std::string name);
+  layer(std::string kind, layer_name name);
   virtual ~layer() = default;
   layer(const layer&) = delete;
   layer& operator=(const layer&) = delete;
 
   /// "Dense", "Conv2D", ...
   const std::string& kind() const noexcept { return kind_; }
-  /// Unique per kind in a process unless given ("dense_3").
+  /// Unique per kind in a process unless given ("dense_3"): what logs and errors show. A model
+  /// names the layers in its weights itself (model-local, see model.hpp).
   const std::string& name() const noexcept { return name_; }
+  /// The base of an automatic name ("dense"); empty when the user gave the name.
+  const std::string& automatic_base() const noexcept { return automatic_base_; }
   const std::vector<weight>& weights() const noexcept { return weights_; }
   bool built() const noexcept { return built_; }
 
@@ -129,6 +139,7 @@ class layer : public std::enable_shared_from_this<layer> {
  private:
   std::string kind_;
   std::string name_;
+  std::string automatic_base_;
   std::vector<weight> weights_;
   bool built_ = false;
   std::vector<value_spec> built_for_;
@@ -155,8 +166,6 @@ class layer_ptr {
   std::shared_ptr<layer> layer_;
 };
 
-/// `name` or, when empty, "<base>_<n>" with n counting per base in this process.
-std::string unique_layer_name(const std::string& base, const std::string& name);
 
 /// Applies an activation by name ("relu", "sigmoid", "tanh", "gelu", "softmax", "linear" or "");
 /// an unknown name fails the trace.

@@ -28,7 +28,7 @@ expected<int64_t> spatial_extent(int64_t in, int64_t k, int64_t stride, int64_t 
 class conv2d_layer final : public layer {
  public:
   conv2d_layer(int64_t filters, std::array<int64_t, 2> kernel, conv_options o)
-      : layer("Conv2D", unique_layer_name("conv2d", o.name)), filters_(filters), kernel_(kernel), options_(std::move(o)) {}
+      : layer("Conv2D", layer_name{"conv2d", o.name}), filters_(filters), kernel_(kernel), options_(std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     auto failer = [this](errc c, const std::string& w) { return fail(c, w); };
@@ -64,7 +64,7 @@ class conv2d_layer final : public layer {
 class pool_layer final : public layer {
  public:
   pool_layer(bool max, pooling_options o)
-      : layer(max ? "MaxPooling2D" : "AveragePooling2D", unique_layer_name(max ? "max_pooling2d" : "average_pooling2d", o.name)),
+      : layer(max ? "MaxPooling2D" : "AveragePooling2D", layer_name{max ? "max_pooling2d" : "average_pooling2d", o.name}),
         max_(max) {
     pool_.ksize = o.pool_size;
     pool_.strides = o.strides[0] == 0 && o.strides[1] == 0 ? o.pool_size : o.strides;
@@ -92,7 +92,7 @@ class pool_layer final : public layer {
 class global_average_pool_layer final : public layer {
  public:
   explicit global_average_pool_layer(std::string name)
-      : layer("GlobalAveragePooling2D", unique_layer_name("global_average_pooling2d", name)) {}
+      : layer("GlobalAveragePooling2D", layer_name{"global_average_pooling2d", name}) {}
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     AF_TRY(check_image(in, [this](errc c, const std::string& w) { return fail(c, w); }));
     return std::vector<value_spec>{{dtype::f32, shape{in[0].dims[2]}}};

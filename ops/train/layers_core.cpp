@@ -20,7 +20,7 @@ std::vector<int64_t> with_batch(const sym& x, const shape& dims) {
 class dense_layer final : public layer {
  public:
   dense_layer(int64_t units, dense_options o)
-      : layer("Dense", unique_layer_name("dense", o.name)), units_(units), options_(std::move(o)) {}
+      : layer("Dense", layer_name{"dense", o.name}), units_(units), options_(std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     if (in.size() != 1) return fail(errc::invalid_argument, "takes one input, got " + std::to_string(in.size()));
@@ -60,7 +60,7 @@ class dense_layer final : public layer {
 class activation_layer final : public layer {
  public:
   activation_layer(std::string activation, std::string name)
-      : layer("Activation", unique_layer_name("activation", name)), activation_(std::move(activation)) {}
+      : layer("Activation", layer_name{"activation", name}), activation_(std::move(activation)) {}
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     if (in.size() != 1) return fail(errc::invalid_argument, "takes one input");
     if (!known_activation(activation_)) return fail(errc::invalid_argument, "unknown activation '" + activation_ + "'");
@@ -74,7 +74,7 @@ class activation_layer final : public layer {
 
 class reshape_layer final : public layer {
  public:
-  reshape_layer(std::string kind, std::string name, std::optional<std::vector<int64_t>> target)
+  reshape_layer(std::string kind, layer_name name, std::optional<std::vector<int64_t>> target)
       : layer(std::move(kind), std::move(name)), target_(std::move(target)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
@@ -124,7 +124,7 @@ class reshape_layer final : public layer {
 
 class dropout_layer final : public layer {
  public:
-  dropout_layer(double rate, std::string name) : layer("Dropout", unique_layer_name("dropout", name)), rate_(rate) {}
+  dropout_layer(double rate, std::string name) : layer("Dropout", layer_name{"dropout", name}), rate_(rate) {}
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     if (in.size() != 1) return fail(errc::invalid_argument, "takes one input");
     if (!(rate_ >= 0 && rate_ < 1)) return fail(errc::invalid_argument, "rate must be in [0, 1), got " + std::to_string(rate_));
@@ -145,7 +145,7 @@ class dropout_layer final : public layer {
 
 class add_layer final : public layer {
  public:
-  explicit add_layer(std::string name) : layer("Add", unique_layer_name("add", name)) {}
+  explicit add_layer(std::string name) : layer("Add", layer_name{"add", name}) {}
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     if (in.size() < 2) return fail(errc::invalid_argument, "needs at least two inputs");
     for (const auto& s : in)
@@ -162,7 +162,7 @@ class add_layer final : public layer {
 class concatenate_layer final : public layer {
  public:
   concatenate_layer(int64_t axis, std::string name)
-      : layer("Concatenate", unique_layer_name("concatenate", name)), axis_(axis) {}
+      : layer("Concatenate", layer_name{"concatenate", name}), axis_(axis) {}
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     if (in.empty()) return fail(errc::invalid_argument, "needs inputs");
     const auto rank = static_cast<int64_t>(in[0].dims.size());
@@ -193,10 +193,10 @@ class concatenate_layer final : public layer {
 layer_ptr dense(int64_t units, dense_options options) { return std::make_shared<dense_layer>(units, std::move(options)); }
 layer_ptr activation(std::string a, std::string name) { return std::make_shared<activation_layer>(std::move(a), std::move(name)); }
 layer_ptr flatten(std::string name) {
-  return std::make_shared<reshape_layer>("Flatten", unique_layer_name("flatten", name), std::nullopt);
+  return std::make_shared<reshape_layer>("Flatten", layer_name{"flatten", name}, std::nullopt);
 }
 layer_ptr reshape(std::vector<int64_t> target, std::string name) {
-  return std::make_shared<reshape_layer>("Reshape", unique_layer_name("reshape", name), std::move(target));
+  return std::make_shared<reshape_layer>("Reshape", layer_name{"reshape", name}, std::move(target));
 }
 layer_ptr dropout(double rate, std::string name) { return std::make_shared<dropout_layer>(rate, std::move(name)); }
 layer_ptr add(std::string name) { return std::make_shared<add_layer>(std::move(name)); }

@@ -20,7 +20,7 @@ std::vector<int64_t> all_but_last(const sym& x) {
 class batch_normalization_layer final : public layer {
  public:
   explicit batch_normalization_layer(batch_norm_options o)
-      : layer("BatchNormalization", unique_layer_name("batch_normalization", o.name)), options_(std::move(o)) {}
+      : layer("BatchNormalization", layer_name{"batch_normalization", o.name}), options_(std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     if (in.size() != 1) return fail(errc::invalid_argument, "takes one input, got " + std::to_string(in.size()));
@@ -66,7 +66,7 @@ class batch_normalization_layer final : public layer {
 class layer_normalization_layer final : public layer {
  public:
   explicit layer_normalization_layer(layer_norm_options o)
-      : layer("LayerNormalization", unique_layer_name("layer_normalization", o.name)), options_(std::move(o)) {}
+      : layer("LayerNormalization", layer_name{"layer_normalization", o.name}), options_(std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
     if (in.size() != 1) return fail(errc::invalid_argument, "takes one input, got " + std::to_string(in.size()));

@@ -58,7 +58,7 @@ value_spec recurrent_output(const value_spec& in, int64_t units, bool return_seq
 class embedding_layer final : public layer {
  public:
   embedding_layer(int64_t input_dim, int64_t output_dim, embedding_options o)
-      : layer("Embedding", unique_layer_name("embedding", o.name)), input_dim_(input_dim), output_dim_(output_dim),
+      : layer("Embedding", layer_name{"embedding", o.name}), input_dim_(input_dim), output_dim_(output_dim),
         options_(std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
@@ -92,7 +92,7 @@ class embedding_layer final : public layer {
 class recurrent_layer : public layer {
  public:
   recurrent_layer(std::string kind, const std::string& base, int64_t units, recurrent_options o)
-      : layer(std::move(kind), unique_layer_name(base, o.name)), units_(units), options_(std::move(o)) {}
+      : layer(std::move(kind), layer_name{base, o.name}), units_(units), options_(std::move(o)) {}
 
  protected:
   expected<void> add_kernels(const std::vector<value_spec>& in, int64_t gates) {

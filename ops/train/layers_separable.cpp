@@ -69,7 +69,7 @@ sym depthwise(const sym& x, const sym& kernel, std::array<int64_t, 2> strides, p
 class depthwise_conv2d_layer final : public layer {
  public:
   depthwise_conv2d_layer(std::array<int64_t, 2> kernel_size, depthwise_options o)
-      : layer("DepthwiseConv2D", unique_layer_name("depthwise_conv2d", o.name)), kernel_(kernel_size),
+      : layer("DepthwiseConv2D", layer_name{"depthwise_conv2d", o.name}), kernel_(kernel_size),
         options_(std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {
@@ -95,7 +95,7 @@ class depthwise_conv2d_layer final : public layer {
 class separable_conv2d_layer final : public layer {
  public:
   separable_conv2d_layer(int64_t filters, std::array<int64_t, 2> kernel_size, separable_options o)
-      : layer("SeparableConv2D", unique_layer_name("separable_conv2d", o.name)), filters_(filters),
+      : layer("SeparableConv2D", layer_name{"separable_conv2d", o.name}), filters_(filters),
         kernel_(kernel_size), options_(std::move(o)) {}
 
   expected<std::vector<value_spec>> build(const std::vector<value_spec>& in) override {

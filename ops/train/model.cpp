@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -41,6 +42,36 @@ model::model(model&&) noexcept = default;
 model& model::operator=(model&&) noexcept = default;
 model::~model() = default;
 
+namespace {
+
+// Layer names in a model's weights, state and steps are the model's own: a name the user gave
+// stays; an automatic one becomes its base numbered in order of appearance in this model
+// ("dense", "dense_1", ...), skipping names the user took. Two models built alike in one process
+// (or in two) then name their weights alike and load each other's checkpoints, as Keras' weight
+// paths do, however many layers the process made before.
+void name_layers(model::impl& m) {
+  std::set<std::string> taken;
+  for (const auto& l : m.layers)
+    if (l->automatic_base().empty()) taken.insert(l->name());
+  std::map<std::string, int> next;
+  for (const auto& l : m.layers) {
+    if (l->automatic_base().empty()) {
+      m.local_names[&*l] = l->name();
+      continue;
+    }
+    const std::string& base = l->automatic_base();
+    std::string candidate;
+    do {
+      const int k = next[base]++;
+      candidate = k == 0 ? base : base + "_" + std::to_string(k);
+    } while (taken.count(candidate));
+    taken.insert(candidate);
+    m.local_names[&*l] = candidate;
+  }
+}
+
+}  // namespace
+
 expected<model> model::functional(std::vector<layer_output> inputs, std::vector<layer_output> outputs,
                                   model_options options) {
   auto m = std::make_unique<impl>();
@@ -75,12 +106,16 @@ expected<model> model::functional(std::vector<layer_output> inputs, std::vector<
   for (const auto& out : outputs) visit(out.node.get());
   if (problem) return problem;
 
-  for (const model_node* n : m->order) {
-    const layer* l = n->applied.get();
-    if (m->first_weight.count(l)) continue;
-    m->first_weight[l] = static_cast<int>(m->weights.size());
-    m->layers.push_back(n->applied);
-    for (const auto& w : l->weights()) m->weights.push_back(w);
+  std::set<const layer*> seen;
+  for (const model_node* n : m->order)
+    if (seen.insert(n->applied.get()).second) m->layers.push_back(n->applied);
+  name_layers(*m);
+  for (const auto& l : m->layers) {
+    m->first_weight[&*l] = static_cast<int>(m->weights.size());
+    for (auto w : l->weights()) {  // "<process name>/kernel" -> "<model-local name>/kernel"
+      w.name = m->local_names.at(&*l) + w.name.substr(l->name().size());
+      m->weights.push_back(std::move(w));
+    }
   }
   std::set<std::string> weight_names;
   for (std::size_t i = 0; i < m->weights.size(); ++i) {
@@ -143,7 +178,9 @@ std::string model::summary() const {
   bool chain = m.inputs.size() == 1 && m.outputs.size() == 1;
   for (const model_node* n : m.order) chain = chain && n->inputs.size() == 1;
   // Rows first, so that each column is as wide as its longest entry.
-  auto label = [](const model_node* n) { return n->applied ? n->applied->name() : n->input_name; };
+  auto label = [this](const model_node* n) {
+    return n->applied ? impl_->local_names.at(n->applied.get()) : n->input_name;
+  };
   std::vector<std::array<std::string, 4>> rows{{"Layer (type)", "Output Shape", "Param #", "Connected to"}};
   for (const auto& in : m.inputs) rows.push_back({in.node->input_name + " (InputLayer)", shape_text(in.spec()), "0", ""});
   std::set<const layer*> counted;
@@ -153,7 +190,7 @@ std::string model::summary() const {
       for (const auto& w : n->applied->weights()) params += numel(w.spec.dims);
     std::string from;
     for (const auto& in : n->inputs) from += (from.empty() ? "" : ", ") + label(in.node.get());
-    rows.push_back({n->applied->name() + " (" + n->applied->kind() + ")", shape_text(n->outputs.front()), with_commas(params), from});
+    rows.push_back({impl_->local_names.at(n->applied.get()) + " (" + n->applied->kind() + ")", shape_text(n->outputs.front()), with_commas(params), from});
   }
   const std::size_t columns = chain ? 3 : 4;
   std::array<std::size_t, 4> width{};

@@ -21,6 +21,8 @@ struct model::impl {
   /// Each distinct layer once, in order of first application, and its first weight's index.
   std::vector<layer_ptr> layers;
   std::map<const layer*, int> first_weight;
+  /// Each layer's name in this model (model.cpp: name_layers).
+  std::map<const layer*, std::string> local_names;
   std::vector<weight> weights;
   std::vector<tensor> values;
 

@@ -153,7 +153,7 @@ expected<std::vector<tensor>> checked_batch(const model::impl& m, const std::vec
 std::string output_name(const model::impl& m, std::size_t i) {
   const auto& out = m.outputs[i];
   if (!out.node->applied) return out.node->input_name;
-  return out.node->applied->name() + (out.index ? ":" + std::to_string(out.index) : std::string{});
+  return m.local_names.at(out.node->applied.get()) + (out.index ? ":" + std::to_string(out.index) : std::string{});
 }
 
 std::vector<std::string> prefixed(const std::string& prefix, std::vector<std::string> names) {

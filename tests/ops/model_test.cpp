@@ -328,3 +328,24 @@ TEST_CASE("batch normalization in a model moves its statistics when training and
   CHECK(y[4] == Approx((6 - 2) / std::sqrt(2.5 + 1e-3)));
   CHECK(m->summary().find("Non-trainable params: 6") != std::string::npos);
 }
+
+TEST_CASE("two models built alike in one process name their weights alike and load each other's state", "[model]") {
+  auto make = [](uint64_t seed) {
+    auto x = nn::input({4});
+    auto h = nn::dense(8, {.activation = "relu"})(x);
+    auto named = nn::dense(3, {.name = "dense_1"})(h);  // the user took the name the next one would get
+    auto y = nn::dense(2)(named);
+    return nn::model::functional({x}, {y}, {.seed = seed}).value();
+  };
+  auto a = make(1);
+  auto b = make(2);  // its layers' process-wide names are dense_2, dense_3
+  std::vector<std::string> names;
+  for (const auto& w : b.weights()) names.push_back(w.name);
+  CHECK(names == std::vector<std::string>{"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias",
+                                          "dense_2/kernel", "dense_2/bias"});
+  for (std::size_t i = 0; i < names.size(); ++i) CHECK(a.weights()[i].name == names[i]);
+  CHECK(a.summary().find("dense_2 (Dense)") != std::string::npos);
+  REQUIRE(b.load_state(a.state()));
+  for (std::size_t i = 0; i < names.size(); ++i)
+    CHECK(b.weight_values()[i].to_vector<float>() == a.weight_values()[i].to_vector<float>());
+}
