@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
   // --- matmul vs direct OpenBLAS ------------------------------------------------------------------
   const std::vector<gemm_shape> shapes = {{1024, 1024, 1024}, {512, 512, 512}, {256, 1024, 512}, {128, 784, 512}};
   const int gemm_reps = quick ? 5 : 15;
-  double log_ratio_sum = 0;
+  double log_ratio_sum = 0, worst_ratio = INFINITY;
   for (const auto& s : shapes) {
     auto a = *random_uniform({s.m, s.k}, 1, dtype::f32, -1.0, 1.0);
     auto b = *random_uniform({s.k, s.n}, 2, dtype::f32, -1.0, 1.0);
@@ -71,7 +72,12 @@ int main(int argc, char** argv) {
     char key[64];
     std::snprintf(key, sizeof key, "matmul_%dx%dx%d_gflops", s.m, s.k, s.n);
     json.add(key, gflops(s, t_ours));
+    // The goal holds per shape, not only on average: each ratio is reported.
+    std::snprintf(key, sizeof key, "matmul_%dx%dx%d_vs_openblas", s.m, s.k, s.n);
+    json.add(key, ratio);
+    worst_ratio = std::min(worst_ratio, ratio);
   }
+  json.add("matmul_worst_shape_vs_openblas", worst_ratio);
   const double matmul_ratio = std::exp(log_ratio_sum / static_cast<double>(shapes.size()));
   std::printf("matmul vs OpenBLAS (geometric mean over shapes): %.3f (goal >= 0.95)\n", matmul_ratio);
   json.add("matmul_vs_openblas", matmul_ratio);
