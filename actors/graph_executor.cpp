@@ -103,7 +103,7 @@ caf::behavior node_behavior(node_actor* self, std::shared_ptr<node_plan> plan) {
         st.inputs.clear();
         if (!made) {
           self->send(p.caller, gx_failed_atom::value, step,
-                     to_caf_error(make_error(made.error_value().code, p.where + ": " + made.error_value().message)));
+                     to_caf_error(with_context(made.error_value(), p.where)));
           return;
         }
         detail::tsan_release_payload(*made);
@@ -220,9 +220,8 @@ expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph placed
         continue;
       }
       auto uploaded = device->device->from_host(g.constant_value(in));  // once, not per step
-      if (!uploaded) return make_error(uploaded.error_value().code, node_name + ": its constant input " +
-                                                                        std::to_string(s) + " on " + device->name + ": " +
-                                                                        uploaded.error_value().message);
+      if (!uploaded)
+        return with_context(uploaded.error_value(), node_name + ": its constant input " + std::to_string(s) + " on " + device->name);
       p->fixed[s] = std::move(*uploaded);
     }
     if (placement_log) *placement_log << node_name << ": " << device->name << '\n';

@@ -53,7 +53,7 @@ using interleave_actor = detail::resume_ordered<caf::stateful_actor<interleave_s
 expected<std::optional<child_stream>> open_child(interleave_actor* self) {
   auto& st = self->state;
   if (st.outer_done) return std::optional<child_stream>{};
-  auto opened = call_guarded([&] { return st.open(); }, "interleave input");
+  auto opened = guarded("interleave input", [&] { return st.open(); });
   if (!opened) return opened.error_value();
   if (!opened->has_value()) {
     st.outer_done = true;

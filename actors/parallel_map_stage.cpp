@@ -93,12 +93,12 @@ caf::behavior map_worker(worker_actor* self, transform_fn fn, std::string stage,
         };
         for (std::size_t i = 0; i < inputs.size(); ++i) {
           const int64_t start = trace::now_ns();
-          auto made = call_guarded([&] { return s.fn(std::move(inputs[i])); }, "parallel map function");
+          auto made = guarded("parallel map function", [&] { return s.fn(std::move(inputs[i])); });
           s.act->busy_since(start, s.call_name, made ? static_cast<uint32_t>(made->size()) : 0);
           if (!made) {
             flush_ready();
-            caf::error err = make_caf_error(made.error_value().code,
-                                            "stage '" + s.stage + "': " + made.error_value().message);
+            const error why = with_context(made.error_value(), "stage '" + s.stage + "'");
+            caf::error err = make_caf_error(why.code, why.message);
             self->send(reply_to, done_atom::value, id, first_seq + i, std::vector<element>{}, std::move(err),
                        busy_delta());
             continue;

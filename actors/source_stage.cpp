@@ -36,7 +36,7 @@ void run(source_actor* self) {
   bool worked = false;
   while (!out.has_terminal() && out.free_slots() > 0 && trace::now_ns() - start < time_slice_ns) {
     worked = true;
-    auto next = call_guarded([&] { return st.gen(); }, "generator");
+    auto next = guarded("generator", [&] { return st.gen(); });
     if (!next) {
       out.set_terminal(out.stage_error(next.error_value()));
     } else if (!next->has_value()) {

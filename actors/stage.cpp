@@ -256,7 +256,7 @@ class callback_target final : public detail::sink_target {
       : on_element_(std::move(on_element)), on_done_(std::move(on_done)) {}
   expected<void> deliver(std::vector<element>&& batch) override {
     for (auto& e : batch) {
-      auto ok = detail::call_guarded([&] { return on_element_(std::move(e)); }, "element handler");
+      auto ok = guarded("element handler", [&] { return on_element_(std::move(e)); });
       if (!ok) return ok;
     }
     return {};

@@ -145,7 +145,8 @@ class stage_output {
   }
   /// An error from this stage, naming it.
   caf::error stage_error(const error& err) const {
-    return make_caf_error(err.code, "stage '" + name + "': " + err.message);
+    const error placed = with_context(err, "stage '" + name + "'");
+    return make_caf_error(placed.code, placed.message);
   }
 
   /// Sends what credit allows; after the last element, the terminal message. Returns true when
@@ -199,18 +200,6 @@ class stage_output {
     add(metrics_->buffered, reported_.buffered, static_cast<uint64_t>(held));
   }
 };
-
-/// Calls user code; an exception becomes an error value (no exception crosses an actor boundary).
-template <class F>
-auto call_guarded(F&& fn, const char* what) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const std::exception& ex) {
-    return make_error(errc::invalid_argument, std::string{what} + " threw: " + ex.what());
-  } catch (...) {
-    return make_error(errc::invalid_argument, std::string{what} + " threw a non-standard exception");
-  }
-}
 
 /// Calls a factory of user code. An exception or an empty result yields an empty value and says
 /// why in `why`, so the caller can put a stand-in that fails the stream in its place.

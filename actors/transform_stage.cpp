@@ -84,7 +84,7 @@ void run(transform_actor* self) {
     element input = std::move(st.inputs.front());
     st.inputs.pop_front();
     ++consumed;
-    auto pushed = call_guarded([&] { return st.op->push(std::move(input), st.made); }, "transform");
+    auto pushed = guarded("transform", [&] { return st.op->push(std::move(input), st.made); });
     produced += take_made(st);
     if (!pushed) {
       fail(self, out.stage_error(pushed.error_value()));
@@ -101,7 +101,7 @@ void run(transform_actor* self) {
   while (st.upstream_done && st.inputs.empty() && !st.upstream_status && !st.op_drained &&
          !out.has_terminal() && out.free_slots() > 0 && trace::now_ns() - start < time_slice_ns) {
     ++consumed;
-    auto finished = call_guarded([&] { return st.op->finish(st.made, out.free_slots()); }, "transform");
+    auto finished = guarded("transform", [&] { return st.op->finish(st.made, out.free_slots()); });
     const uint32_t n = take_made(st);
     produced += n;
     if (!finished) fail(self, out.stage_error(finished.error_value()));

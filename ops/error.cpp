@@ -31,4 +31,9 @@ std::string error::to_string() const {
   return out;
 }
 
+error with_context(error err, std::string_view context) {
+  if (!context.empty()) err.message = std::string{context} + ": " + err.message;
+  return err;
+}
+
 }  // namespace af

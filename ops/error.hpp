@@ -1,7 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -81,6 +84,26 @@ class expected<void> {
  private:
   error error_;
 };
+
+/// `err` with `context` in front: "matmul of f32[2,3]" + "node 7 (matmul)" gives "node 7 (matmul):
+/// matmul of f32[2,3]"; the code stays. The one way errors gain the where of a caller.
+error with_context(error err, std::string_view context);
+
+/// Calls `fn` (user code, a kernel); what it throws becomes an error instead of crossing into the
+/// runtime: std::bad_alloc is out_of_memory, anything else invalid_argument, each "<what> threw:
+/// <why>". `fn` returns an expected<T> (or an error-convertible value).
+template <class F>
+auto guarded(std::string_view what, F&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory, std::string{what} + " threw: out of memory");
+  } catch (const std::exception& ex) {
+    return make_error(errc::invalid_argument, std::string{what} + " threw: " + ex.what());
+  } catch (...) {
+    return make_error(errc::invalid_argument, std::string{what} + " threw a non-standard exception");
+  }
+}
 
 }  // namespace af
 

@@ -86,19 +86,11 @@ expected<std::vector<tensor>> op_registry::run(std::string_view name,
   auto it = ops_.find(name);
   if (it == ops_.end())
     return make_error(errc::invalid_argument, "unknown op '" + std::string{name} + "'");
-  expected<std::vector<tensor>> result = std::vector<tensor>{};
-  try {
-    result = it->second(inputs, attrs);
-  } catch (const std::exception& ex) {
-    result = make_error(errc::invalid_argument, std::string{"threw: "} + ex.what());
-  } catch (...) {
-    result = make_error(errc::invalid_argument, "threw a non-standard exception");
-  }
+  auto result = guarded("kernel", [&] { return it->second(inputs, attrs); });
   if (result) return result;
   // Kernels usually name themselves already ("matmul: ..."); make sure every error does.
   error err = std::move(result).error_value();
-  if (err.message.find(name) == std::string::npos) err.message = std::string{name} + ": " + err.message;
-  return err;
+  return err.message.find(name) == std::string::npos ? with_context(std::move(err), name) : err;
 }
 
 expected<void> expect_inputs(std::string_view op, const std::vector<tensor>& inputs, std::size_t n) {

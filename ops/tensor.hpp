@@ -35,12 +35,15 @@ class tensor {
   /// Every element set to `value` converted to `type`.
   static expected<tensor> full(const af::shape& dims, double value, dtype type,
                                const std::shared_ptr<allocator>& alloc = nullptr);
-  /// Copies `values` into a new tensor; the element count must match the shape (asserted).
+  /// A tensor holding `values` (moved in without a copy; pass a copy to keep yours). It takes no
+  /// memory from an allocator, so it cannot fail for want of it. The element count must match the
+  /// shape (asserted: a caller's bug). Booleans are stored one byte each.
   template <class T>
-  static tensor from_vector(const std::vector<T>& values, const af::shape& dims);
+  static tensor from_vector(std::vector<T> values, const af::shape& dims);
   template <class T>
-  static tensor from_vector(const std::vector<T>& values) {
-    return from_vector(values, {static_cast<int64_t>(values.size())});
+  static tensor from_vector(std::vector<T> values) {
+    const auto n = static_cast<int64_t>(values.size());
+    return from_vector(std::move(values), af::shape{n});
   }
   template <class T>
   static tensor scalar(T value) { return from_vector(std::vector<T>{value}, {}); }
@@ -106,6 +109,9 @@ class tensor {
   std::string to_string(int64_t max_elements = 64) const;
 
  private:
+  /// The same bytes read as booleans (one byte each, 0 or 1).
+  tensor as_boolean() const { return tensor{dtype::boolean, shape_, strides_, offset_, storage_}; }
+
   dtype dtype_ = dtype::f32;
   af::shape shape_;
   af::strides strides_;
@@ -126,13 +132,17 @@ double load_as_double(const void* p, dtype t) noexcept;
 void store_from_double(void* p, dtype t, double v) noexcept;
 
 template <class T>
-tensor tensor::from_vector(const std::vector<T>& values, const af::shape& dims) {
+tensor tensor::from_vector(std::vector<T> values, const af::shape& dims) {
   AF_ASSERT(static_cast<int64_t>(values.size()) == af::numel(dims));
-  auto t = empty(dims, dtype_v<T>);
-  AF_ASSERT(t.has_value());
-  T* out = t->template data<T>();
-  for (std::size_t i = 0; i < values.size(); ++i) out[i] = values[i];
-  return *t;
+  if constexpr (std::is_same_v<T, bool>) {  // vector<bool> packs bits
+    return from_vector(std::vector<uint8_t>(values.begin(), values.end()), dims).as_boolean();
+  } else {
+    if (values.empty()) values.reserve(1);  // a real address even for no elements
+    auto held = std::make_shared<std::vector<T>>(std::move(values));
+    const std::size_t nbytes = held->size() * sizeof(T);
+    auto buf = std::make_shared<storage>(held->data(), nbytes, device::cpu(), [held](void*) mutable { held.reset(); });
+    return tensor{dtype_v<T>, dims, contiguous_strides(dims), 0, std::move(buf)};
+  }
 }
 
 template <class T>

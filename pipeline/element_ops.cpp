@@ -195,10 +195,7 @@ expected<element> merge_fields(std::vector<element>&& parts) {
 }
 
 tensor bytes_tensor(std::string_view text) {
-  auto t = tensor::empty({static_cast<int64_t>(text.size())}, dtype::u8);
-  AF_ASSERT(t.has_value());
-  if (!text.empty()) std::memcpy(t->raw_data(), text.data(), text.size());
-  return std::move(*t);
+  return tensor::from_vector(std::vector<uint8_t>(text.begin(), text.end()));  // no allocator: cannot run out
 }
 
 expected<std::string> field_as_string(const element& e, const std::string& field) {

@@ -231,7 +231,7 @@ class cache_reader {
  private:
   expected<std::optional<tfrecord_record_view>> next_record() {
     auto r = reader_->next_view();
-    if (!r) return make_error(r.error_value().code, "cache file: " + r.error_value().message);
+    if (!r) return with_context(r.error_value(), "cache file");
     return r;
   }
 

@@ -86,7 +86,7 @@ struct interleave_node final : unary_node {
         auto next = (*outer)();
         if (!next) return next.error_value();
         if (!next->has_value()) return std::optional<child_source>{};
-        auto child = call_user([&] { return make(**next); }, std::string{"interleave function"});
+        auto child = guarded("interleave function", [&] { return make(**next); });
         if (!child) return with_origin(child.error_value(), (*next)->origin);
         if (auto inline_child = child->root()->inline_source(ctx)) return std::optional<child_source>{child_source{inline_child(), false}};
         // Anything else runs as a nested pipeline read by a blocking generator: its own thread.
@@ -131,7 +131,7 @@ struct interleave_node final : unary_node {
               st->outer_done = true;
               return generator_fn{};
             }
-            auto child = call_user([&] { return make(**next); }, std::string{"interleave function"});
+            auto child = guarded("interleave function", [&] { return make(**next); });
             if (!child) return with_origin(child.error_value(), (*next)->origin);
             return open_nested(*child->root(), ctx);
           };

@@ -95,18 +95,6 @@ struct unary_node : node {
   std::vector<const node*> inputs() const override { return {input.get()}; }
 };
 
-/// Calls user code, turning an exception into an error naming `what`.
-template <class F>
-auto call_user(F&& fn, const std::string& what) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const std::exception& ex) {
-    return make_error(errc::invalid_argument, what + " threw: " + ex.what());
-  } catch (...) {
-    return make_error(errc::invalid_argument, what + " threw a non-standard exception");
-  }
-}
-
 /// `err` with the element's origin (file, record, offset) put in front when known.
 inline error with_origin(const error& err, const element_origin& origin) {
   if (!origin.known()) return err;

@@ -125,7 +125,7 @@ dataset dataset::from_tfrecord(const element& file_element, tfrecord_options opt
   auto name = field_as_string(file_element, "filename");
   if (!name) {
     // Not a list_files() element: the stream fails naming why, instead of the process.
-    error why = make_error(name.error_value().code, "from_tfrecord: " + name.error_value().message);
+    error why = with_context(name.error_value(), "from_tfrecord");
     return from_generator("tfrecord", [why] {
       return generator_fn{[why]() -> expected<std::optional<element>> { return why; }};
     });

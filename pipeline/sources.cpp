@@ -56,7 +56,7 @@ struct slices_node final : source_node {
     return [cols = columns, per = batch, drop = drop_remainder] {
       return generator_fn{[cols, per, drop, row = int64_t{0}]() mutable -> expected<std::optional<element>> {
         auto rows = leading_size(cols);
-        if (!rows) return make_error(rows.error_value().code, "from_tensor_slices: " + rows.error_value().message);
+        if (!rows) return with_context(rows.error_value(), "from_tensor_slices");
         if (row >= *rows) return std::optional<element>{};
         if (per == 0) {
           auto e = slice_row(cols, row++);

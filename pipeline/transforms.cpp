@@ -34,7 +34,7 @@ operator_factory stateless(F fn) {
 expected<std::optional<element>> map_one(const map_fn& fn, const std::string& what, const build_context& ctx,
                                          element input) {
   element_origin origin = input.origin;
-  auto made = call_user([&] { return fn(std::move(input)); }, what);
+  auto made = guarded(what, [&] { return fn(std::move(input)); });
   if (!made) {
     const error err = with_origin(made.error_value(), origin);
     if (!ctx.skip_errors) return err;
@@ -139,7 +139,7 @@ struct filter_node final : unary_node {
   pipeline extend(pipeline up, const build_context& ctx) const override {
     return up.transform(name, [keep = keep, name = name, skip = ctx.skip_errors,
                                state = ctx.state](element input) -> expected<std::vector<element>> {
-      auto kept = call_user([&] { return keep(input); }, name + " predicate");
+      auto kept = guarded(name + " predicate", [&] { return keep(input); });
       std::vector<element> out;
       if (!kept) {
         const error err = with_origin(kept.error_value(), input.origin);

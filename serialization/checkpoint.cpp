@@ -501,8 +501,7 @@ expected<checkpoint> load(const std::string& dir_arg) {
                                   std::to_string(data_bytes) + (static_cast<uint64_t>(st.st_size) < data_bytes ? " (truncated)" : ""));
   for (const index_entry& e : entries) {
     auto t = tensor::empty(e.dims, e.type);
-    if (!t) return make_error(t.error_value().code, "checkpoint file " + in_quotes(data_path) + ": tensor '" + e.name +
-                                                        "': " + t.error_value().message);
+    if (!t) return with_context(t.error_value(), "checkpoint file " + in_quotes(data_path) + ": tensor '" + e.name + "'");
     if (e.nbytes > 0) AF_TRY(read_at(f.fd, t->raw_data(), e.nbytes, e.offset, data_path));
     const uint32_t crc = e.nbytes ? crc32c(t->raw_data(), e.nbytes) : 0;
     if (crc != e.crc) return corrupt(data_path, "tensor '" + e.name + "': digest mismatch (corrupt data)");

@@ -226,8 +226,7 @@ expected<event_writer> event_writer::open(const std::string& log_dir) {
   for (int n = 1; fs::exists(path, ec); ++n) path = base + "." + std::to_string(n);
   auto writer = tfrecord_writer::open(path);
   if (!writer)
-    return make_error(writer.error_value().code,
-                      "tfevents: log directory '" + log_dir + "': " + writer.error_value().message);
+    return with_context(writer.error_value(), "tfevents: log directory '" + log_dir + "'");
   event_writer out{std::move(*writer)};
   AF_TRY(out.writer_.write(encode_file_version_event(now_seconds())));
   return out;

@@ -479,9 +479,7 @@ struct tfrecord_reader::impl {
       uint64_t left = target.offset;
       while (left > 0) {
         auto got = ensure(static_cast<std::size_t>(std::min<uint64_t>(left, cap)));
-        if (!got) return make_error(got.error_value().code, path + ": while skipping to offset " +
-                                                                std::to_string(target.offset) + ": " +
-                                                                got.error_value().message);
+        if (!got) return with_context(got.error_value(), path + ": while skipping to offset " + std::to_string(target.offset));
         if (*got == 0)
           return make_error(errc::out_of_range, path + ": cannot restore position at offset " +
                                                     std::to_string(target.offset) + ": the stream has only " +

@@ -70,7 +70,7 @@ class backup_callback final : public callback {
     if (!newest) return {};
     AF_TRY_ASSIGN(auto saved, ckpt::load(*newest));
     if (auto ok = ctx.restore(saved); !ok)
-      return make_error(ok.error_value().code, "backup_and_restore: restoring '" + *newest + "': " + ok.error_value().message);
+      return with_context(ok.error_value(), "backup_and_restore: restoring '" + *newest + "'");
     return {};
   }
   expected<void> on_batch_end(fit_context& ctx, const logs&) override {

@@ -91,7 +91,7 @@ template <class Hook>
 expected<void> for_each_callback(const fit_options& o, Hook&& hook) {
   for (const auto& cb : o.callbacks) {
     auto r = hook(*cb);
-    if (!r) return make_error(r.error_value().code, "callback: " + r.error_value().message);
+    if (!r) return with_context(r.error_value(), "callback");
   }
   return {};
 }
@@ -165,19 +165,19 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     while (options.steps_per_epoch == 0 || ctx.batch_in_epoch < options.steps_per_epoch) {
       auto next = it.next();
       if (!next)
-        return make_error(next.error_value().code, "fit: epoch " + std::to_string(epoch + 1) + ", batch " +
-                                                       std::to_string(ctx.batch_in_epoch + 1) + ": " + next.error_value().message);
+        return with_context(next.error_value(), "fit: epoch " + std::to_string(epoch + 1) + ", batch " +
+                                                       std::to_string(ctx.batch_in_epoch + 1));
       if (!*next) break;
       const element& batch = **next;
       const std::string place = batch_place(epoch, options.epochs, ctx.batch_in_epoch, batch);
       auto x = fields_of(batch, inputs, "an input");
       auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
-      if (!y) return make_error(y.error_value().code, "fit: " + place + ": " + y.error_value().message);
+      if (!y) return with_context(y.error_value(), "fit: " + place);
       auto result = model.train_on_batch(*x, *y, mix(options.seed, static_cast<uint64_t>(model.updates_done())));
-      if (!result) return make_error(result.error_value().code, "fit: " + place + ": " + result.error_value().message);
+      if (!result) return with_context(result.error_value(), "fit: " + place);
       const int64_t rows = (*x)[0].dim(0);
       if (auto ok = figures.add(*result, *y, rows); !ok)
-        return make_error(ok.error_value().code, "fit: " + place + ": " + ok.error_value().message);
+        return with_context(ok.error_value(), "fit: " + place);
       ++ctx.batch_in_epoch;
       samples += rows;
       ctx.position = it.save();
@@ -192,7 +192,7 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     logs epoch_logs = figures.values();
     if (options.validation_data) {
       auto val = evaluate(rt, model, *options.validation_data, {.targets = options.targets});
-      if (!val) return make_error(val.error_value().code, "fit: validation after epoch " + std::to_string(epoch + 1) + ": " + val.error_value().message);
+      if (!val) return with_context(val.error_value(), "fit: validation after epoch " + std::to_string(epoch + 1));
       for (const auto& [k, v] : *val) epoch_logs.emplace_back("val_" + k, v);
     }
     progress.finish(ctx.batch_in_epoch, samples, epoch_logs);
@@ -217,17 +217,17 @@ expected<logs> evaluate(runtime& rt, nn::model& model, const data::dataset& data
   int64_t batches = 0, samples = 0;
   for (;;) {
     auto next = it.next();
-    if (!next) return make_error(next.error_value().code, "evaluate: batch " + std::to_string(batches + 1) + ": " + next.error_value().message);
+    if (!next) return with_context(next.error_value(), "evaluate: batch " + std::to_string(batches + 1));
     if (!*next) break;
     const element& batch = **next;
     const std::string place = "batch " + std::to_string(batches + 1) + (batch.origin.known() ? " (" + batch.origin.to_string() + ")" : "");
     auto x = fields_of(batch, inputs, "an input");
     auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
-    if (!y) return make_error(y.error_value().code, "evaluate: " + place + ": " + y.error_value().message);
+    if (!y) return with_context(y.error_value(), "evaluate: " + place);
     auto result = model.test_on_batch(*x, *y);
-    if (!result) return make_error(result.error_value().code, "evaluate: " + place + ": " + result.error_value().message);
+    if (!result) return with_context(result.error_value(), "evaluate: " + place);
     const int64_t rows = (*x)[0].dim(0);
-    if (auto ok = figures.add(*result, *y, rows); !ok) return make_error(ok.error_value().code, "evaluate: " + place + ": " + ok.error_value().message);
+    if (auto ok = figures.add(*result, *y, rows); !ok) return with_context(ok.error_value(), "evaluate: " + place);
     ++batches;
     samples += rows;
     progress.update(batches, samples, figures.values());
@@ -243,12 +243,12 @@ expected<std::vector<tensor>> predict(runtime& rt, nn::model& model, const data:
   auto it = data.iterate(rt);
   for (int64_t batch = 0;; ++batch) {
     auto next = it.next();
-    if (!next) return make_error(next.error_value().code, "predict: batch " + std::to_string(batch + 1) + ": " + next.error_value().message);
+    if (!next) return with_context(next.error_value(), "predict: batch " + std::to_string(batch + 1));
     if (!*next) break;
     auto x = fields_of(**next, inputs, "an input");
-    if (!x) return make_error(x.error_value().code, "predict: batch " + std::to_string(batch + 1) + ": " + x.error_value().message);
+    if (!x) return with_context(x.error_value(), "predict: batch " + std::to_string(batch + 1));
     auto out = model.predict_on_batch(*x);
-    if (!out) return make_error(out.error_value().code, "predict: batch " + std::to_string(batch + 1) + ": " + out.error_value().message);
+    if (!out) return with_context(out.error_value(), "predict: batch " + std::to_string(batch + 1));
     for (std::size_t i = 0; i < parts.size(); ++i) parts[i].push_back((*out)[i]);
   }
   std::vector<tensor> joined;

@@ -148,7 +148,7 @@ expected<graph> optimize(const graph& g) {
   for (const auto& [name, pass] : pipeline) {
     current = pass(current);
     auto checked = current.verify();
-    if (!checked) return make_error(checked.error_value().code, std::string{"after "} + name + ": " + checked.error_value().message);
+    if (!checked) return with_context(checked.error_value(), std::string{"after "} + name);
   }
   return current;
 }

@@ -122,7 +122,7 @@ std::vector<sym> gradients(const sym& y, const std::vector<sym>& xs, where_from 
     ids.push_back(x.id());
   }
   auto grads = graph::add_gradients(*y.builder(), y.id(), ids);
-  if (!grads) throw trace_error(make_error(grads.error_value().code, "gradients at " + site(from) + ": " + grads.error_value().message));
+  if (!grads) throw trace_error(with_context(grads.error_value(), "gradients at " + site(from)));
   std::vector<sym> out;
   for (auto id : *grads) out.emplace_back(y.builder(), id);
   return out;

@@ -67,7 +67,7 @@ expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor
     } else {
       made = device.run_node(n, nullptr, in);
     }
-    if (!made) return make_error(made.error_value().code, where(i, n) + ": " + made.error_value().message);
+    if (!made) return with_context(made.error_value(), where(i, n));
     values[i] = std::move(*made);
     for (auto id : n.inputs)
       if (last_use[static_cast<std::size_t>(id)] == i) values[static_cast<std::size_t>(id)] = tensor{};

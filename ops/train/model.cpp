@@ -123,7 +123,7 @@ expected<model> model::functional(std::vector<layer_output> inputs, std::vector<
     if (!weight_names.insert(w.name).second)
       return make_error(errc::invalid_argument, "model '" + m->name + "': two weights named '" + w.name + "' (give the layers distinct names)");
     auto value = w.init(w.spec.dims, weight_seed(options.seed, i));
-    if (!value) return make_error(value.error_value().code, "model '" + m->name + "': initializing " + w.name + ": " + value.error_value().message);
+    if (!value) return with_context(value.error_value(), "model '" + m->name + "': initializing " + w.name);
     m->values.push_back(std::move(*value));
   }
   m->inputs = std::move(inputs);

@@ -196,7 +196,7 @@ TEST_CASE("the default op registry names its kernels and turns a throwing kernel
   });
   auto out = custom.run("explode", {}, {});
   REQUIRE_FALSE(out);
-  CHECK(out.error_value().message == "explode: threw: kaboom");
+  CHECK(out.error_value().message == "explode: kernel threw: kaboom");
   auto sm = custom.run("softmax", {tensor::from_vector<float>({0, 0})}, {});
   REQUIRE(sm);
   CHECK(af::all_close((*sm)[0], tensor::from_vector<float>({0.5f, 0.5f})));

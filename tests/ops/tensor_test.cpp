@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "ops/allocator.hpp"
 #include "ops/tensor.hpp"
 
 using af::tensor;
@@ -149,4 +150,20 @@ TEST_CASE("a shape whose size does not fit in 64 bits is refused, not wrapped ar
   auto just_over = af::tensor::empty({int64_t{1} << 62}, af::dtype::f64);  // 2^65 bytes
   REQUIRE_FALSE(just_over);
   CHECK_THAT(just_over.error_value().message, Catch::Contains("f64"));
+}
+
+TEST_CASE("from_vector and scalar take their values without an allocator, so a full device cannot make them abort",
+          "[cpu][tensor]") {
+  auto tiny = af::make_cpu_allocator({.memory_limit = 64, .name = "tiny"}).value();
+  af::allocator_scope on_tiny{tiny};
+  std::vector<float> values(1000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const tensor t = tensor::from_vector(values, {10, 100});
+  CHECK(t.to_vector<float>() == values);
+  CHECK(tensor::scalar(2.5).item<double>() == 2.5);
+  CHECK(tensor::from_vector(std::vector<bool>{true, false, true}).type() == af::dtype::boolean);
+  CHECK(tensor::from_vector(std::vector<bool>{true, false, true}).to_vector<int>() == std::vector<int>{1, 0, 1});
+  CHECK(tensor::from_vector(std::vector<int64_t>{}).numel() == 0);
+  CHECK(tiny->stats().bytes_in_use == 0);
+  CHECK_FALSE(tensor::empty({1000}, af::dtype::f32));  // what the allocator hands out is still bounded
 }
