@@ -32,9 +32,9 @@ constexpr std::size_t max_prefetch = 1024;
 
 }  // namespace
 
-autotuner::autotuner(element_stream& stream, std::vector<tunable_stage> knobs, autotune_options options,
+autotuner::autotuner(tuning_target target, std::vector<tunable_stage> knobs, autotune_options options,
                      std::shared_ptr<const consumer_signals> consumer)
-    : stream_(stream), options_(options), consumer_(std::move(consumer)) {
+    : target_(std::move(target)), options_(options), consumer_(std::move(consumer)) {
   if (options_.cpu_budget == 0) options_.cpu_budget = std::max(1u, std::thread::hardware_concurrency());
   if (options_.ram_budget_bytes == 0) options_.ram_budget_bytes = default_ram_budget();
   if (options_.period_ms <= 0) options_.period_ms = 50;
@@ -68,7 +68,7 @@ void autotuner::run() {
 
 void autotuner::tick(double seconds) {
   if (seconds <= 0) return;
-  const auto counters = stream_.counters();
+  const auto counters = target_.counters();
   const double period_ns = seconds * 1e9;
   std::size_t workers_in_use = 0;
   for (const auto& k : knobs_)
@@ -84,13 +84,13 @@ void autotuner::tick(double seconds) {
       ++k.setting;
       ++workers_in_use;
       k.calm_ticks = 0;
-      stream_.set_parallelism(k.where.stage, k.setting);
+      target_.set_parallelism(k.where.stage, k.setting);
     } else if (utilisation < shrink_busy && k.setting > 1) {
       if (++k.calm_ticks >= shrink_after_ticks) {
         --k.setting;
         --workers_in_use;
         k.calm_ticks = 0;
-        stream_.set_parallelism(k.where.stage, k.setting);
+        target_.set_parallelism(k.where.stage, k.setting);
       }
     } else {
       k.calm_ticks = 0;
@@ -110,7 +110,7 @@ void autotuner::tick(double seconds) {
     if (prefetch_bytes + k.setting * element_bytes > options_.ram_budget_bytes) continue;
     prefetch_bytes += k.setting * element_bytes;
     k.setting *= 2;
-    stream_.set_slots(k.where.stage, k.setting);
+    target_.set_slots(k.where.stage, k.setting);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -39,9 +40,17 @@ struct consumer_signals {
   std::atomic<uint64_t> element_bytes{0};
 };
 
+/// The running topology a tuner reads and adjusts, whoever consumes it (a blocking reader or an
+/// actor fed by the dataset). The functions must stay callable until the tuner is destroyed.
+struct tuning_target {
+  std::function<std::vector<stage_counters>()> counters;
+  std::function<void(std::size_t stage, std::size_t slots)> set_slots;
+  std::function<void(std::size_t stage, std::size_t workers)> set_parallelism;
+};
+
 class autotuner {
  public:
-  autotuner(element_stream& stream, std::vector<tunable_stage> knobs, autotune_options options,
+  autotuner(tuning_target target, std::vector<tunable_stage> knobs, autotune_options options,
             std::shared_ptr<const consumer_signals> consumer);
   ~autotuner();  // stops and joins the thread
   autotuner(const autotuner&) = delete;
@@ -57,7 +66,7 @@ class autotuner {
   void run();
   void tick(double seconds);
 
-  element_stream& stream_;
+  tuning_target target_;
   std::vector<knob_state> knobs_;
   autotune_options options_;
   std::shared_ptr<const consumer_signals> consumer_;

@@ -9,8 +9,6 @@
 
 namespace af::data {
 
-namespace {
-
 build_context top_level_context(runtime& rt, uint64_t base_seed) {
   build_context ctx;
   ctx.rt = &rt;
@@ -19,6 +17,20 @@ build_context top_level_context(runtime& rt, uint64_t base_seed) {
   ctx.tunables = std::make_shared<tunable_registry>();
   return ctx;
 }
+
+expected<void> check_resumable(const dataset& ds, const iterator_state& saved) {
+  if (saved.fingerprint != ds.to_dot())
+    return make_error(errc::invalid_argument,
+                      "resume: the saved iterator state belongs to another pipeline (its description differs)");
+  return {};
+}
+
+dataset positioned_at(const dataset& ds, uint64_t consumed) {
+  // Replays the pipeline and drops what the saved iterator had handed out, inside the topology.
+  return consumed == 0 ? ds : ds.skip(static_cast<int64_t>(consumed));
+}
+
+namespace {
 
 iterator launch_iteration(runtime& rt, const node& root, const build_context& ctx, std::string fingerprint,
                           uint64_t consumed, const autotune_options& tuning) {
@@ -47,13 +59,9 @@ iterator dataset::iterate(runtime& rt, autotune_options tuning) const {
 }
 
 expected<iterator> dataset::resume(runtime& rt, const iterator_state& saved, autotune_options tuning) const {
-  if (saved.fingerprint != to_dot())
-    return make_error(errc::invalid_argument,
-                      "resume: the saved iterator state belongs to another pipeline (its description differs)");
+  AF_TRY(check_resumable(*this, saved));
   auto ctx = top_level_context(rt, saved.base_seed);
-  // Replays the pipeline and drops what the saved iterator had handed out, inside the topology.
-  const dataset positioned = saved.consumed == 0 ? *this : skip(static_cast<int64_t>(saved.consumed));
-  return launch_iteration(rt, *positioned.root_, ctx, to_dot(), saved.consumed, tuning);
+  return launch_iteration(rt, *positioned_at(*this, saved.consumed).root(), ctx, to_dot(), saved.consumed, tuning);
 }
 
 namespace {
@@ -81,7 +89,7 @@ std::string dataset::to_dot() const {
 
 iterator::iterator(element_stream stream, std::shared_ptr<iteration_state> state, std::string fingerprint,
                    uint64_t already_consumed)
-    : stream_(std::move(stream)), state_(std::move(state)), fingerprint_(std::move(fingerprint)),
+    : stream_(std::make_unique<element_stream>(std::move(stream))), state_(std::move(state)), fingerprint_(std::move(fingerprint)),
       consumed_(already_consumed), signals_(std::make_shared<consumer_signals>()) {}
 iterator::iterator(iterator&&) noexcept = default;
 iterator& iterator::operator=(iterator&&) noexcept = default;
@@ -89,7 +97,7 @@ iterator::~iterator() = default;
 
 expected<std::optional<element>> iterator::next() {
   const int64_t start = trace::now_ns();
-  auto got = stream_.next();
+  auto got = stream_->next();
   signals_->waited_ns.fetch_add(trace::now_ns() - start, std::memory_order_relaxed);
   if (got && got->has_value()) {
     ++consumed_;
@@ -103,7 +111,11 @@ iterator::range_iterator iterator::begin() { return range_iterator{this}; }
 int64_t iterator::waited_ns() const noexcept { return signals_->waited_ns.load(std::memory_order_relaxed); }
 
 void iterator::attach_tuner(std::vector<tunable_stage> knobs, autotune_options options) {
-  tuner_ = std::make_unique<autotuner>(stream_, std::move(knobs), options, signals_);
+  element_stream* stream = stream_.get();
+  tuning_target target{[stream] { return stream->counters(); },
+                       [stream](std::size_t stage, std::size_t slots) { stream->set_slots(stage, slots); },
+                       [stream](std::size_t stage, std::size_t workers) { stream->set_parallelism(stage, workers); }};
+  tuner_ = std::make_unique<autotuner>(std::move(target), std::move(knobs), options, signals_);
 }
 
 iteration_stats iterator::stats() const {

@@ -57,9 +57,9 @@ class iterator {
   range_iterator begin();
   std::default_sentinel_t end() const noexcept { return {}; }
   /// errc::none while running and after a clean end; the failure otherwise.
-  const error& status() const noexcept { return stream_.status(); }
+  const error& status() const noexcept { return stream_->status(); }
   /// Every stage's counters, source first, the reader last.
-  std::vector<stage_counters> counters() const { return stream_.counters(); }
+  std::vector<stage_counters> counters() const { return stream_->counters(); }
   /// Errors skipped under ignore_errors() so far.
   iteration_stats stats() const;
   /// The position after the elements handed out so far.
@@ -67,13 +67,13 @@ class iterator {
   /// Time next() spent waiting for the pipeline (the consumer's idle time), in nanoseconds.
   int64_t waited_ns() const noexcept;
   /// Stops the pipeline now.
-  void cancel() { stream_.cancel(); }
+  void cancel() { stream_->cancel(); }
 
   /// Starts an autotuner over this iteration's stages (dataset::iterate does, when asked to).
   void attach_tuner(std::vector<tunable_stage> knobs, autotune_options options);
 
  private:
-  element_stream stream_;
+  std::unique_ptr<element_stream> stream_;  // on the heap: the tuner keeps its address across moves
   std::shared_ptr<iteration_state> state_;
   std::string fingerprint_;
   uint64_t consumed_ = 0;

@@ -109,6 +109,14 @@ uint64_t random_seed();
 /// nodes lie upstream), the same in every process: unseeded shuffles mix it into the base seed.
 uint64_t structural_salt(const node& n);
 
+/// The context of a top-level iteration: fresh shared state, unseeded shuffles drawing from
+/// `base_seed`, a registry for its autotuned stages.
+build_context top_level_context(runtime& rt, uint64_t base_seed);
+/// An error unless `saved` was taken from an iteration of `ds`.
+expected<void> check_resumable(const dataset& ds, const iterator_state& saved);
+/// `ds` positioned after its first `consumed` elements.
+dataset positioned_at(const dataset& ds, uint64_t consumed);
+
 /// Runs a nested dataset to completion inside a stage (repeat epochs, interleave children, zip).
 element_stream run_nested(const node& n, const build_context& ctx);
 /// The elements of a nested dataset: generated on the caller's thread when the node is an inline

@@ -6,11 +6,16 @@
 
 #include "ops/array_ops.hpp"
 #include "ops/train/metrics.hpp"
+#include "pipeline/feed.hpp"
 #include "strategies/progress.hpp"
 
 namespace af::train {
 
 namespace {
+
+/// Batches that wait in the replica's mailbox while it runs a step: the next step's input is
+/// ready when a step ends, and no more than two batches are held beyond the pipeline's own slots.
+constexpr std::size_t replica_slots = 2;
 
 uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x7F4A7C159E3779B9ull;
@@ -156,19 +161,14 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     ctx.resume_position.reset();
     ctx.batch_in_epoch = static_cast<int64_t>(start.consumed);
     ctx.position = start;
-    AF_TRY_ASSIGN(auto it, train.resume(rt, start));
     AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_epoch_begin(ctx); }));
     AF_TRY_ASSIGN(auto figures, epoch_figures::make(model));
     if (!quiet) std::fprintf(options.out, "Epoch %d/%d\n", epoch + 1, options.epochs);
     progress_display progress{quiet ? nullptr : options.out, bar, batches_per_epoch};
     int64_t samples = 0;
-    while (options.steps_per_epoch == 0 || ctx.batch_in_epoch < options.steps_per_epoch) {
-      auto next = it.next();
-      if (!next)
-        return with_context(next.error_value(), "fit: epoch " + std::to_string(epoch + 1) + ", batch " +
-                                                       std::to_string(ctx.batch_in_epoch + 1));
-      if (!*next) break;
-      const element& batch = **next;
+    auto epoch_done = [&] { return options.steps_per_epoch > 0 && ctx.batch_in_epoch >= options.steps_per_epoch; };
+    // The replica: runs on the actor the pipeline feeds, one batch at a time; this thread waits.
+    auto train_step = [&](element&& batch) -> expected<data::feed_verdict> {
       const std::string place = batch_place(epoch, options.epochs, ctx.batch_in_epoch, batch);
       auto x = fields_of(batch, inputs, "an input");
       auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
@@ -176,14 +176,20 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
       auto result = model.train_on_batch(*x, *y, mix(options.seed, static_cast<uint64_t>(model.updates_done())));
       if (!result) return with_context(result.error_value(), "fit: " + place);
       const int64_t rows = (*x)[0].dim(0);
-      if (auto ok = figures.add(*result, *y, rows); !ok)
-        return with_context(ok.error_value(), "fit: " + place);
+      if (auto ok = figures.add(*result, *y, rows); !ok) return with_context(ok.error_value(), "fit: " + place);
       ++ctx.batch_in_epoch;
       samples += rows;
-      ctx.position = it.save();
+      ctx.position = {start.base_seed, static_cast<uint64_t>(ctx.batch_in_epoch), start.fingerprint};
       const logs running = figures.values();
       AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
       progress.update(ctx.batch_in_epoch, samples, running);
+      return epoch_done() ? data::feed_verdict::stop : data::feed_verdict::more;
+    };
+    if (!epoch_done()) {
+      AF_TRY_ASSIGN(auto fed, data::feed(rt, train, train_step, {.name = "replica", .slots = replica_slots, .from = start}));
+      if (fed.status && !fed.handler_failed)
+        return with_context(fed.status, "fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(ctx.batch_in_epoch + 1));
+      if (fed.status) return fed.status;
     }
     if (ctx.batch_in_epoch == 0)
       return make_error(errc::invalid_argument, "fit: epoch " + std::to_string(epoch + 1) + "/" + std::to_string(options.epochs) +
@@ -213,13 +219,8 @@ expected<logs> evaluate(runtime& rt, nn::model& model, const data::dataset& data
   const auto inputs = model.input_names();
   const bool quiet = options.verbose == verbosity::silent || options.out == nullptr;
   progress_display progress{quiet ? nullptr : options.out, !quiet && is_terminal(options.out), 0};
-  auto it = data.iterate(rt);
   int64_t batches = 0, samples = 0;
-  for (;;) {
-    auto next = it.next();
-    if (!next) return with_context(next.error_value(), "evaluate: batch " + std::to_string(batches + 1));
-    if (!*next) break;
-    const element& batch = **next;
+  auto test_step = [&](element&& batch) -> expected<data::feed_verdict> {
     const std::string place = "batch " + std::to_string(batches + 1) + (batch.origin.known() ? " (" + batch.origin.to_string() + ")" : "");
     auto x = fields_of(batch, inputs, "an input");
     auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
@@ -231,7 +232,11 @@ expected<logs> evaluate(runtime& rt, nn::model& model, const data::dataset& data
     ++batches;
     samples += rows;
     progress.update(batches, samples, figures.values());
-  }
+    return data::feed_verdict::more;
+  };
+  AF_TRY_ASSIGN(auto fed, data::feed(rt, data, test_step, {.name = "replica", .slots = replica_slots}));
+  if (fed.status && !fed.handler_failed) return with_context(fed.status, "evaluate: batch " + std::to_string(batches + 1));
+  if (fed.status) return fed.status;
   if (batches == 0) return make_error(errc::invalid_argument, "evaluate: the dataset is empty");
   progress.finish(batches, samples, figures.values());
   return figures.values();
@@ -240,17 +245,20 @@ expected<logs> evaluate(runtime& rt, nn::model& model, const data::dataset& data
 expected<std::vector<tensor>> predict(runtime& rt, nn::model& model, const data::dataset& data) {
   const auto inputs = model.input_names();
   std::vector<std::vector<tensor>> parts(model.output_specs().size());
-  auto it = data.iterate(rt);
-  for (int64_t batch = 0;; ++batch) {
-    auto next = it.next();
-    if (!next) return with_context(next.error_value(), "predict: batch " + std::to_string(batch + 1));
-    if (!*next) break;
-    auto x = fields_of(**next, inputs, "an input");
-    if (!x) return with_context(x.error_value(), "predict: batch " + std::to_string(batch + 1));
+  int64_t batches = 0;
+  auto predict_step = [&](element&& batch) -> expected<data::feed_verdict> {
+    const std::string place = "predict: batch " + std::to_string(batches + 1);
+    auto x = fields_of(batch, inputs, "an input");
+    if (!x) return with_context(x.error_value(), place);
     auto out = model.predict_on_batch(*x);
-    if (!out) return with_context(out.error_value(), "predict: batch " + std::to_string(batch + 1));
+    if (!out) return with_context(out.error_value(), place);
     for (std::size_t i = 0; i < parts.size(); ++i) parts[i].push_back((*out)[i]);
-  }
+    ++batches;
+    return data::feed_verdict::more;
+  };
+  AF_TRY_ASSIGN(auto fed, data::feed(rt, data, predict_step, {.name = "replica", .slots = replica_slots}));
+  if (fed.status && !fed.handler_failed) return with_context(fed.status, "predict: batch " + std::to_string(batches + 1));
+  if (fed.status) return fed.status;
   std::vector<tensor> joined;
   for (auto& p : parts) {
     if (p.empty()) return make_error(errc::invalid_argument, "predict: the dataset is empty");

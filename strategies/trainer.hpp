@@ -2,7 +2,11 @@
 
 // fit, evaluate and predict: a compiled af::nn::model fed batch by batch by a dataset pipeline
 // (tf.keras' Model.fit on a tf.data.Dataset). The training step is traced once per batch shape and
-// reused; the pipeline's stage actors prepare the next batches while a step runs.
+// reused. The steps run on the replica, an actor at the end of the pipeline's topology that the
+// pipeline feeds through the credit protocol (data::feed), so the stage actors prepare the next
+// batches while a step runs and at most two wait for it; the calling thread only waits, and
+// runs the validation between epochs. Per-batch callbacks (on_batch_end) run on the replica
+// between its steps, epoch and train callbacks on the calling thread.
 //
 //   af::runtime rt;
 //   auto train = af::data::dataset::from_tfrecord({"data/digits/train.tfrecord"})

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
@@ -277,4 +278,65 @@ TEST_CASE("predict joins the batches' outputs in order", "[trainer]") {
   REQUIRE(direct);
   const auto a = (*all)[0].to_vector<float>(), b = (*direct)[0].to_vector<float>();
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-6));
+}
+
+namespace {
+
+/// Where fit ran its per-batch work, and which epochs began.
+class thread_recorder final : public train::callback {
+ public:
+  expected<void> on_batch_end(train::fit_context&, const train::logs&) override {
+    batch_threads.push_back(std::this_thread::get_id());
+    return {};
+  }
+  expected<void> on_epoch_end(train::fit_context&, const train::logs&) override {
+    epoch_threads.push_back(std::this_thread::get_id());
+    return {};
+  }
+  std::vector<std::thread::id> batch_threads, epoch_threads;
+};
+
+}  // namespace
+
+TEST_CASE("fit's steps run on the replica actor the pipeline feeds, the caller only waits", "[trainer]") {
+  runtime rt;
+  auto m = blob_model(4);
+  auto recorder = std::make_shared<thread_recorder>();
+  // An endless input: steps_per_epoch ends each epoch, which must stop the replica's feed.
+  auto history = train::fit(rt, m, blobs(60, 10, true).repeat(),
+                            {.epochs = 3, .callbacks = {recorder}, .steps_per_epoch = 8,
+                             .verbose = train::verbosity::silent, .seed = 2});
+  REQUIRE(history);
+  CHECK(history->epochs.size() == 3);
+  CHECK(m.updates_done() == 24);
+  REQUIRE(recorder->batch_threads.size() == 24);
+  const auto caller = std::this_thread::get_id();
+  for (auto id : recorder->batch_threads) CHECK(id != caller);
+  REQUIRE(recorder->epoch_threads.size() == 3);
+  for (auto id : recorder->epoch_threads) CHECK(id == caller);
+}
+
+TEST_CASE("evaluate and predict through the replica equal the same batches run directly", "[trainer]") {
+  runtime rt;
+  auto m = blob_model(5);
+  const auto ds = blobs(30, 7, false);
+  auto it = ds.iterate(rt);
+  double loss_sum = 0;
+  int64_t rows = 0;
+  for (auto& batch : it) {
+    auto r = m.test_on_batch({*batch.find("x")}, {*batch.find("label")});
+    REQUIRE(r);
+    loss_sum += r->loss * static_cast<double>(batch.find("x")->dim(0));
+    rows += batch.find("x")->dim(0);
+  }
+  auto logs = train::evaluate(rt, m, ds);
+  REQUIRE(logs);
+  CHECK(*train::find_log(*logs, "loss") == Approx(loss_sum / static_cast<double>(rows)).epsilon(1e-9));
+  auto broken = train::evaluate(rt, m, ds.map([](element e) -> expected<element> {
+    if (e.find("label")->to_vector<int64_t>()[0] >= 0) return make_error(errc::malformed_input, "label unreadable");
+    return e;
+  }));
+  REQUIRE_FALSE(broken);
+  CHECK(broken.error_value().message.find("evaluate: batch 1") == 0);
+  CHECK(broken.error_value().message.find("label unreadable") != std::string::npos);
 }

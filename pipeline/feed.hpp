@@ -1,0 +1,66 @@
+#pragma once
+
+// A dataset feeding an actor. Its elements reach, through the credit protocol, a handler that runs
+// on the consuming actor (a model replica for fit, evaluate and predict), one element at a time,
+// while the caller's thread only waits for the end. The consumer's mailbox holds at most `slots`
+// elements, so a slow handler stalls the pipeline instead of piling elements up.
+//
+//   auto fed = af::data::feed(rt, ds, [&](af::element&& batch) -> af::expected<af::data::feed_verdict> {
+//     AF_TRY(step(batch));
+//     return af::data::feed_verdict::more;
+//   }, {.name = "replica"});
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/dataset.hpp"
+#include "pipeline/iterator.hpp"
+
+namespace af::data {
+
+/// What a feed handler wants after an element.
+enum class feed_verdict {
+  more,  ///< the next element, please
+  stop,  ///< no more: upstream is cancelled and the feed ends cleanly
+};
+
+/// Called on the consuming actor for each element, one call at a time. An error (or an exception)
+/// ends the feed with that error and cancels upstream.
+using feed_handler = std::function<expected<feed_verdict>(element&&)>;
+
+struct feed_options {
+  /// The consuming actor's name in traces, counters and errors.
+  std::string name = "consumer";
+  /// Elements that may wait for the consumer while its handler works (its prefetch; at least 1).
+  std::size_t slots = 2;
+  /// Continue where this saved position left off (iterator::save); from the start otherwise.
+  std::optional<iterator_state> from;
+  /// Limits of the autotuner, which runs while the dataset has autotuned stages.
+  autotune_options tuning;
+};
+
+/// How a feed ended.
+struct feed_result {
+  /// errc::none after the end of the dataset or a stop; the failure otherwise.
+  error status;
+  /// True when `status` came from the handler (it names its own context); false when the pipeline
+  /// failed (the error names stage, file, record and offset as they apply).
+  bool handler_failed = false;
+  /// Elements the handler was called with.
+  uint64_t handled = 0;
+  /// Errors skipped under ignore_errors().
+  iteration_stats stats;
+  /// Every stage's counters when the feed ended, source first, the consuming actor last.
+  std::vector<stage_counters> counters;
+};
+
+/// Launches `ds` into an actor calling `handler` and blocks until the feed ends; the handler's
+/// effects are visible to the caller when it returns. An error only when `options.from` belongs
+/// to another pipeline.
+expected<feed_result> feed(runtime& rt, const dataset& ds, feed_handler handler, feed_options options = {});
+
+}  // namespace af::data
