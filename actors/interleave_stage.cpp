@@ -1,8 +1,8 @@
 // An interleave stage: a source that merges child streams in the order of tf.data's interleave.
 // Each child is a source stage actor of its own (on the scheduler, or on its own thread when its
-// generator blocks) that prepares up to `child_slots` elements under the flow protocol; this actor
-// only routes their batches into the fixed output order. Children thus work concurrently, each on
-// one thread from reading to its last inline transformation, and no thread ever waits on another.
+// generator blocks), or a chain of stage actors when it is a whole pipeline; either prepares up
+// to `child_slots` elements under the flow protocol, and this actor only routes their batches
+// into the fixed output order. Children thus work concurrently, and no thread waits on another.
 //
 // Order: the cycle holds up to `cycle_length` children; the output takes `block_length` elements
 // from the child at the cursor, then moves to the next cycle position. A child that ends frees its
@@ -29,6 +29,7 @@ struct child_stream {
   caf::actor producer;  // null: this cycle position holds no child
   flow::inbound in;
   std::deque<element> ready;
+  uint64_t received = 0;
   bool ended = false;
   caf::error failure;
 };
@@ -59,14 +60,19 @@ expected<std::optional<child_stream>> open_child(interleave_actor* self) {
     st.outer_done = true;
     return std::optional<child_stream>{};
   }
-  stage_spec spec;
-  spec.what = stage_spec::kind::generator;
-  spec.name = st.out->name + "/child " + std::to_string(st.children_opened++);
-  spec.options = {.slots = st.options.child_slots, .detached = (*opened)->blocking};
-  spec.make_gen = [gen = std::move((*opened)->gen)] { return gen; };
-  spec.adds_to_shared_metrics = true;
   child_stream child;
-  child.producer = spawn_source(self->system(), spec, st.out->metrics().inner);
+  if ((*opened)->stages) {
+    child.producer = spawn_chain(self->system(), *(*opened)->stages, st.out->metrics().inner);
+    ++st.children_opened;
+  } else {
+    stage_spec spec;
+    spec.what = stage_spec::kind::generator;
+    spec.name = st.out->name + "/child " + std::to_string(st.children_opened++);
+    spec.options = {.slots = st.options.child_slots, .detached = (*opened)->blocking};
+    spec.make_gen = [gen = std::move((*opened)->gen)] { return gen; };
+    spec.adds_to_shared_metrics = true;
+    child.producer = spawn_source(self->system(), spec, st.out->metrics().inner);
+  }
   child.in = flow::inbound{child.producer};
   child.in.attach(self);
   child.in.grant_up_to(self, st.options.child_slots);
@@ -127,6 +133,7 @@ bool merge(interleave_actor* self) {
         return false;
       }
       if (!slot.ended) return true;
+      if (slot.received == 0 && st.options.end_on_empty_child) st.outer_done = true;
       slot = child_stream{};  // it ended and is drained: the position is free
       advance(st);
       continue;
@@ -184,6 +191,7 @@ void on_child_batch(interleave_actor* self, std::vector<element>& items) {
     c->in.cancel(self);
   } else {
     st.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
+    c->received += items.size();
     for (auto& e : items) c->ready.push_back(std::move(e));
   }
   run(self);

@@ -220,28 +220,13 @@ std::unique_ptr<topology::impl> spawn_stages(runtime& rt, const pipeline& p) {
   state->sys = &rt.system();
   caf::actor prev;
   for (const auto& spec : p.stages()) {
-    auto metrics = std::make_shared<stage_metrics>(spec->name);
-    switch (spec->what) {
-      case stage_spec::kind::generator:
-        prev = detail::spawn_source(rt.system(), *spec, metrics);
-        state->owned.push_back(prev);
-        break;
-      case stage_spec::kind::interleave:
-        prev = detail::spawn_interleave(rt.system(), *spec, metrics);
-        state->owned.push_back(prev);
-        break;
-      case stage_spec::kind::actor:
-        prev = spec->producer;  // external: we neither own nor count it
-        continue;
-      case stage_spec::kind::transform:
-        prev = detail::spawn_transform(rt.system(), *spec, prev, metrics);
-        state->owned.push_back(prev);
-        break;
-      case stage_spec::kind::parallel_map:
-        prev = detail::spawn_parallel_map(rt.system(), *spec, prev, metrics);
-        state->owned.push_back(prev);
-        break;
+    if (spec->what == stage_spec::kind::actor) {
+      prev = spec->producer;  // external: we neither own nor count it
+      continue;
     }
+    auto metrics = std::make_shared<stage_metrics>(spec->name);
+    prev = detail::spawn_stage(rt.system(), *spec, prev, metrics);
+    state->owned.push_back(prev);
     state->metrics.push_back(std::move(metrics));
     state->stage_actors.push_back(prev);
   }
@@ -276,6 +261,32 @@ class callback_target final : public detail::sink_target {
 topology launch(runtime& rt, const pipeline& p) { return topology{spawn_stages(rt, p)}; }
 
 namespace detail {
+
+caf::actor spawn_stage(caf::actor_system& sys, const stage_spec& spec, caf::actor upstream,
+                       std::shared_ptr<stage_metrics> metrics) {
+  switch (spec.what) {
+    case stage_spec::kind::generator: return spawn_source(sys, spec, std::move(metrics));
+    case stage_spec::kind::interleave: return spawn_interleave(sys, spec, std::move(metrics));
+    case stage_spec::kind::transform: return spawn_transform(sys, spec, std::move(upstream), std::move(metrics));
+    case stage_spec::kind::parallel_map: return spawn_parallel_map(sys, spec, std::move(upstream), std::move(metrics));
+    case stage_spec::kind::actor: return spec.producer;
+  }
+  return {};
+}
+
+caf::actor spawn_chain(caf::actor_system& sys, const pipeline& p, const std::shared_ptr<stage_metrics>& shared) {
+  caf::actor prev;
+  for (const auto& spec : p.stages()) {
+    if (spec->what == stage_spec::kind::generator) {
+      stage_spec source = *spec;
+      source.adds_to_shared_metrics = true;
+      prev = spawn_source(sys, source, shared);
+    } else {
+      prev = spawn_stage(sys, *spec, prev, std::make_shared<stage_metrics>(spec->name));
+    }
+  }
+  return prev;
+}
 
 topology launch_with_sink(runtime& rt, const pipeline& p, const sink_options& options,
                           std::shared_ptr<sink_target> target, caf::actor* sink) {

@@ -65,11 +65,16 @@ class stage_operator {
 };
 using operator_factory = std::function<std::unique_ptr<stage_operator>()>;
 
-/// One input stream of an interleave stage: its generator, and whether that generator blocks (on
-/// a nested pipeline, say), in which case it runs on a thread of its own.
+class pipeline;
+
+/// One input stream of an interleave stage: a generator, or a pipeline of stages of its own.
+/// A generator runs in a source stage (on a thread of its own when it blocks); a pipeline is
+/// launched as stage actors inside the topology, which the interleave reads through the flow
+/// protocol like any child, so no thread waits on it.
 struct child_source {
   generator_fn gen;
   bool blocking = false;
+  std::shared_ptr<const pipeline> stages;  // when set, `gen` is unused
 };
 /// Opens the next child stream of an interleave: nullopt once there are no more, an error fails the
 /// stream. Called on the interleave stage's thread: it must not block for long.
@@ -86,6 +91,9 @@ struct interleave_options {
   std::size_t open_ahead = 0;
   /// Elements each child prepares ahead of the output.
   std::size_t child_slots = 64;
+  /// A child that ends without an element ends the stream (repeat: an empty pass would otherwise
+  /// open passes forever).
+  bool end_on_empty_child = false;
 };
 
 /// Settings of a parallel map stage.

@@ -288,6 +288,14 @@ void take_upstream_failure(Self* self, caf::error& err, Run run) {
   run(self);
 }
 
+/// The stage actor `spec` describes, reading from `upstream` where it has an input.
+caf::actor spawn_stage(caf::actor_system& sys, const stage_spec& spec, caf::actor upstream,
+                       std::shared_ptr<stage_metrics> metrics);
+/// Spawns the stages of `p` as one child of an interleave and returns its tail. The child's
+/// source adds its counters to `shared` (the interleave's children row); the stages after it
+/// count privately. The chain ends when its tail is cancelled or its consumer terminates.
+caf::actor spawn_chain(caf::actor_system& sys, const pipeline& p, const std::shared_ptr<stage_metrics>& shared);
+
 /// Spawners, one per actor kind (each in its own translation unit).
 caf::actor spawn_source(caf::actor_system& sys, const stage_spec& spec,
                         std::shared_ptr<stage_metrics> metrics);

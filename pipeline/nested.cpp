@@ -19,6 +19,8 @@ struct repeat_node final : unary_node {
     return count < 0 ? std::string{"repeat"} : "repeat(" + std::to_string(count) + ")";
   }
   pipeline build(const build_context& ctx) const override {
+    if (!input->inline_source(ctx)) return build_as_children(ctx);
+    // An input that generates in place (a file, a range): each pass runs on this stage's thread.
     auto in = input;
     const int64_t times = count;
     return pipeline::from_source(
@@ -52,7 +54,28 @@ struct repeat_node final : unary_node {
             }
           }};
         },
-        nested_stage);
+        {.slots = element_slots});
+  }
+
+  // Any other input: each pass is a chain of stage actors inside the topology, the child of an
+  // interleave with a cycle of one, opened when the previous pass has ended.
+  pipeline build_as_children(const build_context& ctx) const {
+    auto in = input;
+    const int64_t times = count;
+    auto opener = [in, times, ctx]() -> child_opener {
+      auto passes = std::make_shared<int64_t>(0);
+      return [in, times, ctx, passes]() -> expected<std::optional<child_source>> {
+        if (times >= 0 && *passes >= times) return std::optional<child_source>{};
+        build_context pass = ctx;
+        pass.epoch = mix_seed(ctx.epoch, static_cast<uint64_t>((*passes)++));
+        pass.tunables = nullptr;  // the autotuner sees the top-level topology only
+        return std::optional<child_source>{child_source{.stages = std::make_shared<const pipeline>(in->build(pass))}};
+      };
+    };
+    return pipeline::interleave("repeat", opener,
+                                {.cycle_length = 1, .block_length = 1, .open_ahead = 0,
+                                 .child_slots = element_slots, .end_on_empty_child = true},
+                                {.slots = element_slots});
   }
   pipeline extend(pipeline up, const build_context&) const override { return up; }
 };
@@ -89,8 +112,10 @@ struct interleave_node final : unary_node {
         auto child = guarded("interleave function", [&] { return make(**next); });
         if (!child) return with_origin(child.error_value(), (*next)->origin);
         if (auto inline_child = child->root()->inline_source(ctx)) return std::optional<child_source>{child_source{inline_child(), false}};
-        // Anything else runs as a nested pipeline read by a blocking generator: its own thread.
-        return std::optional<child_source>{child_source{open_nested(*child->root(), ctx), true}};
+        // Anything else runs as a chain of stage actors of its own inside the topology.
+        build_context nested = ctx;
+        nested.tunables = nullptr;
+        return std::optional<child_source>{child_source{.stages = std::make_shared<const pipeline>(child->root()->build(nested))}};
       };
     };
     return pipeline::interleave("interleave", opener,
