@@ -3,6 +3,8 @@
 // generator blocks), or a chain of stage actors when it is a whole pipeline; either prepares up
 // to `child_slots` elements under the flow protocol, and this actor only routes their batches
 // into the fixed output order. Children thus work concurrently, and no thread waits on another.
+// With a combine function the same machinery zips: all children open at once, one element of each
+// per output.
 //
 // Order: the cycle holds up to `cycle_length` children; the output takes `block_length` elements
 // from the child at the cursor, then moves to the next cycle position. A child that ends frees its
@@ -106,10 +108,57 @@ void advance(interleave_state& st) {
   st.cursor = (st.cursor + 1) % st.cycle.size();
 }
 
+// Zip mode: every child opened once, each output combines the next element of every child.
+// Returns true when it waits for a child.
+bool merge_combined(interleave_actor* self) {
+  auto& st = self->state;
+  auto& out = *st.out;
+  if (!st.outer_done) {
+    for (auto& slot : st.cycle) {
+      auto child = open_child(self);
+      if (!child) {
+        out.set_terminal(out.stage_error(child.error_value()));
+        return false;
+      }
+      if (!*child) break;
+      slot = std::move(**child);
+    }
+    st.outer_done = true;
+  }
+  while (!out.has_terminal() && out.free_slots() > 0) {
+    for (auto& slot : st.cycle) {
+      if (slot.producer && !slot.ready.empty()) continue;
+      if (slot.failure) {
+        out.set_terminal(std::move(slot.failure));
+        return false;
+      }
+      if (!slot.producer || slot.ended) {  // the shortest child ended: so does the stream
+        out.set_terminal(caf::error{});
+        return false;
+      }
+      return true;
+    }
+    std::vector<element> row;
+    row.reserve(st.cycle.size());
+    for (auto& slot : st.cycle) {
+      row.push_back(std::move(slot.ready.front()));
+      slot.ready.pop_front();
+    }
+    auto combined = guarded(st.out->name, [&] { return st.options.combine(std::move(row)); });
+    if (!combined) {
+      out.set_terminal(out.stage_error(combined.error_value()));
+      return false;
+    }
+    out.buffer.push_back(std::move(*combined));
+  }
+  return false;
+}
+
 // Moves elements into the output in interleave order until the output is full or the child at
 // the cursor has nothing ready yet. Returns true when it waits for a child.
 bool merge(interleave_actor* self) {
   auto& st = self->state;
+  if (st.options.combine) return merge_combined(self);
   auto& out = *st.out;
   while (!out.has_terminal() && out.free_slots() > 0) {
     while (st.ahead.size() < st.options.open_ahead && !st.outer_done) {

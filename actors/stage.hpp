@@ -94,6 +94,10 @@ struct interleave_options {
   /// A child that ends without an element ends the stream (repeat: an empty pass would otherwise
   /// open passes forever).
   bool end_on_empty_child = false;
+  /// When set, the stage zips instead of interleaving: it opens `cycle_length` children at once
+  /// and each output is `combine` of the next element of every child, in child order; the stream
+  /// ends with the shortest child.
+  std::function<expected<element>(std::vector<element>&&)> combine;
 };
 
 /// Settings of a parallel map stage.

@@ -68,8 +68,7 @@ struct repeat_node final : unary_node {
         if (times >= 0 && *passes >= times) return std::optional<child_source>{};
         build_context pass = ctx;
         pass.epoch = mix_seed(ctx.epoch, static_cast<uint64_t>((*passes)++));
-        pass.tunables = nullptr;  // the autotuner sees the top-level topology only
-        return std::optional<child_source>{child_source{.stages = std::make_shared<const pipeline>(in->build(pass))}};
+        return std::optional<child_source>{child_of(*in, pass)};
       };
     };
     return pipeline::interleave("repeat", opener,
@@ -111,11 +110,7 @@ struct interleave_node final : unary_node {
         if (!next->has_value()) return std::optional<child_source>{};
         auto child = guarded("interleave function", [&] { return make(**next); });
         if (!child) return with_origin(child.error_value(), (*next)->origin);
-        if (auto inline_child = child->root()->inline_source(ctx)) return std::optional<child_source>{child_source{inline_child(), false}};
-        // Anything else runs as a chain of stage actors of its own inside the topology.
-        build_context nested = ctx;
-        nested.tunables = nullptr;
-        return std::optional<child_source>{child_source{.stages = std::make_shared<const pipeline>(child->root()->build(nested))}};
+        return std::optional<child_source>{child_of(*child->root(), ctx)};
       };
     };
     return pipeline::interleave("interleave", opener,

@@ -117,6 +117,11 @@ expected<void> check_resumable(const dataset& ds, const iterator_state& saved);
 /// `ds` positioned after its first `consumed` elements.
 dataset positioned_at(const dataset& ds, uint64_t consumed);
 
+/// A nested dataset as the child of an interleave stage (repeat passes, interleave children, zip
+/// inputs): its generator when it generates in place, else its stages as a chain of actors of
+/// their own. Either way it runs inside the topology, with no blocking reader.
+child_source child_of(const node& n, const build_context& ctx);
+
 /// Runs a nested dataset to completion inside a stage (repeat epochs, interleave children, zip).
 element_stream run_nested(const node& n, const build_context& ctx);
 /// The elements of a nested dataset: generated on the caller's thread when the node is an inline

@@ -131,29 +131,25 @@ struct zip_node final : node {
     for (const auto& p : parts) out.push_back(p.get());
     return out;
   }
+  // One zip stage reading every input as a child of its own (a source stage, or a chain of
+  // stages), so the inputs run concurrently inside the topology.
   pipeline build(const build_context& ctx) const override {
     auto parts_copy = parts;
-    return pipeline::from_source(
-        "zip",
-        [parts_copy, ctx] {
-          auto streams = std::make_shared<std::vector<generator_fn>>();
-          return generator_fn{[parts_copy, ctx, streams]() -> expected<std::optional<element>> {
-            if (parts_copy.empty()) return make_error(errc::invalid_argument, "zip of no datasets");
-            if (streams->empty())
-              for (const auto& p : parts_copy) streams->push_back(open_nested(*p, ctx));
-            std::vector<element> row;
-            for (auto& s : *streams) {
-              auto next = s();
-              if (!next) return next.error_value();
-              if (!next->has_value()) return std::optional<element>{};  // the shortest input ended
-              row.push_back(std::move(**next));
-            }
-            auto merged = merge_fields(std::move(row));
-            if (!merged) return merged.error_value();
-            return std::optional<element>{std::move(*merged)};
-          }};
-        },
-        {.slots = element_slots, .detached = true});  // blocks on its inputs' readers
+    auto opener = [parts_copy, ctx]() -> child_opener {
+      auto opened = std::make_shared<std::size_t>(0);
+      return [parts_copy, ctx, opened]() -> expected<std::optional<child_source>> {
+        if (parts_copy.empty()) return make_error(errc::invalid_argument, "zip of no datasets");
+        if (*opened >= parts_copy.size()) return std::optional<child_source>{};
+        return std::optional<child_source>{child_of(*parts_copy[(*opened)++], ctx)};
+      };
+    };
+    return pipeline::interleave("zip", opener,
+                                {.cycle_length = std::max<std::size_t>(1, parts.size()),
+                                 .block_length = 1,
+                                 .open_ahead = 0,
+                                 .child_slots = element_slots,
+                                 .combine = [](std::vector<element>&& row) { return merge_fields(std::move(row)); }},
+                                {.slots = element_slots});
   }
 };
 
@@ -181,6 +177,13 @@ element_stream run_nested(const node& n, const build_context& ctx) {
   build_context nested = ctx;
   nested.tunables = nullptr;  // the autotuner sees the top-level topology only
   return af::iterate(*ctx.rt, n.build(nested), {.slots = nested_reader_slots, .name = "nested reader"});
+}
+
+child_source child_of(const node& n, const build_context& ctx) {
+  if (auto make = n.inline_source(ctx)) return child_source{make(), false};
+  build_context nested = ctx;
+  nested.tunables = nullptr;  // the autotuner sees the top-level topology only
+  return child_source{.stages = std::make_shared<const pipeline>(n.build(nested))};
 }
 
 generator_fn open_nested(const node& n, const build_context& ctx) {

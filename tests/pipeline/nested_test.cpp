@@ -56,7 +56,7 @@ TEST_CASE("repeat over a pipeline and interleave over child pipelines start no t
   for (int pass = 0; pass < 3; ++pass)
     for (int64_t i = 0; i < 200; ++i) want.push_back(i);
   CHECK(got == want);
-  CHECK(repeated == plain);
+  CHECK(repeated <= plain);  // a thread of CAF's own may come and go: nested work adds none
 
   const auto children = dataset::range(4).interleave(
       [](const element& e) -> expected<dataset> {
@@ -68,7 +68,7 @@ TEST_CASE("repeat over a pipeline and interleave over child pipelines start no t
   CHECK(got.size() == 200);
   CHECK(got.front() == 0);
   CHECK(got[5] == 100);  // blocks of 5 alternate between the two open children
-  CHECK(interleaved == plain);
+  CHECK(interleaved <= plain);
 }
 
 TEST_CASE("repeat over a pipeline: empty passes end it, seeds differ per pass, failures name the stage",
@@ -103,4 +103,43 @@ TEST_CASE("an endless repeat over a pipeline stops every pass's actors when the 
   const std::size_t before = rt.system().registry().running();
   CHECK(values(drain(rt, staged_range(7).repeat().take(20))).size() == 20);
   CHECK(af::testing::eventually([&] { return rt.system().registry().running() == before; }));
+}
+
+TEST_CASE("zip reads each input as a child inside the topology and ends with the shortest", "[pipeline][nested]") {
+  runtime rt{test_runtime_options()};
+  // Children are not the topology's own actors: they may still be stopping when an iterator is
+  // gone, so the count is compared with the one before anything ran.
+  const std::size_t running = rt.system().registry().running();
+  const int64_t plain = threads_while_reading(rt, staged_range(200));
+  auto labels = staged_range(150).map([](element e) -> expected<element> {
+    return element{{"label", tensor::scalar<int64_t>(e.find("value")->item<int64_t>() * 10)}};
+  });
+  auto it = dataset::zip({staged_range(200), labels.batch(3).unbatch()}).iterate(rt);
+  std::vector<element> rows;
+  int64_t threads = -1;
+  for (auto& e : it) {
+    if (threads < 0) threads = threads_of_this_process();
+    rows.push_back(e);
+  }
+  REQUIRE(it.status().code == errc::none);
+  CHECK(values(rows) == iota(0, 150));
+  CHECK(values(rows, "label").back() == 1490);
+  CHECK(threads <= plain);
+
+  // An input's failure ends the zip after the rows before it; endless inputs stop with the reader.
+  std::vector<element> before;
+  auto failing = staged_range(10).map([](element e) -> expected<element> {
+    if (e.find("value")->item<int64_t>() == 4) return make_error(errc::malformed_input, "row 4 is unreadable");
+    return element{{"other", *e.find("value")}};
+  });
+  const error err = drain_error(rt, dataset::zip({staged_range(10), failing}), &before);
+  CHECK(err.code == errc::malformed_input);
+  CHECK(err.message.find("row 4 is unreadable") != std::string::npos);
+  CHECK(values(before) == iota(0, 4));
+
+  auto counter = dataset::range(1000000000).map([](element e) -> expected<element> { return element{{"i", *e.find("value")}}; });
+  auto endless = dataset::zip({staged_range(3).repeat(), counter}).take(50);
+  CHECK(values(drain(rt, endless), "i") == iota(0, 50));
+  CHECK(af::testing::eventually([&] { return rt.system().registry().running() == running; }));
+  CHECK(drain_error(rt, dataset::zip({})).message.find("zip of no datasets") != std::string::npos);
 }
