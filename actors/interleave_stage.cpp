@@ -38,6 +38,9 @@ struct child_stream {
 
 struct interleave_state {
   child_opener open;
+  // An interleave over a pipeline's elements: the outer chain (read like a child) and the maker.
+  child_stream outer;
+  child_maker make_child;
   interleave_options options;
   std::unique_ptr<stage_output> out;
   std::vector<child_stream> cycle;
@@ -51,12 +54,24 @@ struct interleave_state {
 
 using interleave_actor = detail::resume_ordered<caf::stateful_actor<interleave_state>>;
 
-// Spawns the next child as a source stage and asks it for its first elements; nullopt once the
-// input is exhausted (then outer_done), an error when opening failed.
+// The next child's source: from the opener, or made of the outer chain's next element (which
+// check_outer made sure is there, or that the chain ended); nullopt once there are no more.
+expected<std::optional<child_source>> next_source(interleave_state& st) {
+  if (!st.outer.producer) return guarded("interleave input", [&] { return st.open(); });
+  if (st.outer.ready.empty()) return std::optional<child_source>{};
+  element e = std::move(st.outer.ready.front());
+  st.outer.ready.pop_front();
+  auto made = guarded("interleave function", [&] { return st.make_child(std::move(e)); });
+  if (!made) return made.error_value();
+  return std::optional<child_source>{std::move(*made)};
+}
+
+// Spawns the next child as a source stage (or chain) and asks it for its first elements; nullopt
+// once the input is exhausted (then outer_done), an error when opening failed.
 expected<std::optional<child_stream>> open_child(interleave_actor* self) {
   auto& st = self->state;
   if (st.outer_done) return std::optional<child_stream>{};
-  auto opened = guarded("interleave input", [&] { return st.open(); });
+  auto opened = next_source(st);
   if (!opened) return opened.error_value();
   if (!opened->has_value()) {
     st.outer_done = true;
@@ -81,7 +96,22 @@ expected<std::optional<child_stream>> open_child(interleave_actor* self) {
   return std::optional<child_stream>{std::move(child)};
 }
 
+// Whether the next child can be opened now, over an outer chain: `waiting` while the chain has
+// nothing ready yet, `failed` once it failed with nothing left before the failure (the output
+// then carries it, where a sequential interleave would have met it).
+enum class outer_state { can_open, waiting, failed };
+outer_state check_outer(interleave_state& st) {
+  auto& outer = st.outer;
+  if (!outer.producer || st.outer_done || !outer.ready.empty()) return outer_state::can_open;
+  if (outer.failure) {
+    st.out->set_terminal(std::move(outer.failure));
+    return outer_state::failed;
+  }
+  return outer.ended ? outer_state::can_open : outer_state::waiting;
+}
+
 child_stream* find_child(interleave_state& st, const caf::actor_addr& who) {
+  if (st.outer.producer && st.outer.producer.address() == who) return &st.outer;
   for (auto& c : st.cycle)
     if (c.producer && c.producer.address() == who) return &c;
   for (auto& c : st.ahead)
@@ -94,6 +124,7 @@ void stop_children(interleave_actor* self) {
   for (auto& c : st.cycle)
     if (c.producer) c.in.cancel(self);
   for (auto& c : st.ahead) c.in.cancel(self);
+  if (st.outer.producer && !st.outer.in.closed()) st.outer.in.cancel(self);
   st.cycle.clear();
   st.ahead.clear();
 }
@@ -162,6 +193,9 @@ bool merge(interleave_actor* self) {
   auto& out = *st.out;
   while (!out.has_terminal() && out.free_slots() > 0) {
     while (st.ahead.size() < st.options.open_ahead && !st.outer_done) {
+      const auto outer = check_outer(st);
+      if (outer == outer_state::failed) return false;
+      if (outer == outer_state::waiting) break;
       auto child = open_child(self);
       if (!child) {
         out.set_terminal(out.stage_error(child.error_value()));
@@ -193,6 +227,9 @@ bool merge(interleave_actor* self) {
       continue;
     }
     if (!st.outer_done) {
+      const auto outer = check_outer(st);
+      if (outer == outer_state::failed) return false;
+      if (outer == outer_state::waiting) return true;
       auto child = open_child(self);
       if (!child) {
         out.set_terminal(out.stage_error(child.error_value()));
@@ -228,6 +265,11 @@ void run(interleave_actor* self) {
   };
   for (auto& c : st.cycle) top_up(c);
   for (auto& c : st.ahead) top_up(c);
+  // The outer chain: as many elements as the cycle and the children opened ahead may need.
+  const std::size_t outer_wanted = st.options.cycle_length + st.options.open_ahead;
+  if (st.outer.producer && !st.outer.ended && st.outer.ready.size() < outer_wanted)
+    st.outer.in.grant_up_to(self, outer_wanted - st.outer.ready.size());
+  held += st.outer.ready.size();
   out.rest(waiting, held);
 }
 
@@ -239,7 +281,7 @@ void on_child_batch(interleave_actor* self, std::vector<element>& items) {
     c->failure = std::move(err);
     c->in.cancel(self);
   } else {
-    st.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
+    if (c != &st.outer) st.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
     c->received += items.size();
     for (auto& e : items) c->ready.push_back(std::move(e));
   }
@@ -264,11 +306,18 @@ caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::sha
   st.options.child_slots = std::max<std::size_t>(1, st.options.child_slots);
   st.cycle.resize(st.options.cycle_length);
   st.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
-  std::string why;
-  st.open = make_or_explain(spec.make_opener, why);
-  if (!st.open) {
-    const error err = make_error(errc::invalid_argument, "interleave input factory " + why);
-    st.open = [err]() -> expected<std::optional<child_source>> { return err; };
+  if (spec.outer) {
+    st.make_child = spec.make_child;
+    st.outer.producer = spawn_chain(self->system(), *spec.outer, std::make_shared<stage_metrics>(spec.name + "/input"));
+    st.outer.in = flow::inbound{st.outer.producer};
+    st.outer.in.attach(self);
+  } else {
+    std::string why;
+    st.open = make_or_explain(spec.make_opener, why);
+    if (!st.open) {
+      const error err = make_error(errc::invalid_argument, "interleave input factory " + why);
+      st.open = [err]() -> expected<std::optional<child_source>> { return err; };
+    }
   }
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& s = self->state;

@@ -20,8 +20,10 @@ inline constexpr bool default_eager_stealing = true;
 /// actor and the replica (fit's steps) on `scheduler_threads` workers, and a CPU kernel called
 /// from an actor splits its loop over thread_budget() threads with the calling worker as one of
 /// them, so a step's kernels take the cores while it runs and the pipeline's actors share them
-/// between steps. Besides these, stages that block in system calls (TFRecord and cache files, the
-/// reader of a nested pipeline) run on threads of their own: they sleep on I/O rather than compute.
+/// between steps. Nested datasets (repeat passes, interleave children and inputs, zip inputs)
+/// are stage actors on the same scheduler. Besides these, only stages that block in system calls
+/// (TFRecord and cache files, user generators) run on threads of their own: they sleep on I/O
+/// rather than compute.
 /// The autotuner, when a pipeline asks for it, is one more thread that wakes every period.
 struct runtime_options {
   /// Scheduler worker threads; 0 picks the machine's cores (CAF's default of max(4, cores) adds

@@ -56,6 +56,20 @@ pipeline pipeline::interleave(std::string name, child_opener_factory open, inter
   return p;
 }
 
+pipeline pipeline::interleave(std::string name, pipeline outer, child_maker make, interleave_options interleave,
+                              stage_options options) {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::interleave;
+  spec->name = std::move(name);
+  spec->options = options;
+  spec->outer = std::make_shared<const pipeline>(std::move(outer));
+  spec->make_child = std::move(make);
+  spec->interleave = std::move(interleave);
+  pipeline p;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
 pipeline pipeline::from_actor(std::string name, caf::actor producer) {
   auto spec = std::make_shared<stage_spec>();
   spec->what = stage_spec::kind::actor;
@@ -121,8 +135,10 @@ std::size_t pipeline::total_slots() const {
   for (const auto& s : stages_)
     if (s->what != stage_spec::kind::actor) n += std::max<std::size_t>(1, s->options.slots);
   for (const auto& s : stages_)  // each child an interleave keeps open holds its own slots
-    if (s->what == stage_spec::kind::interleave)
+    if (s->what == stage_spec::kind::interleave) {
       n += s->interleave.child_slots * (std::max<std::size_t>(1, s->interleave.cycle_length) + s->interleave.open_ahead);
+      if (s->outer) n += s->outer->total_slots();
+    }
   return n;
 }
 

@@ -81,6 +81,9 @@ struct child_source {
 using child_opener = std::function<expected<std::optional<child_source>>()>;
 /// Makes a fresh opener for each launch.
 using child_opener_factory = std::function<child_opener()>;
+/// The child stream for one element of an interleave's outer input (an error fails the stream).
+/// Called on the interleave stage's thread: it must not block for long.
+using child_maker = std::function<expected<child_source>(element)>;
 
 /// Settings of an interleave stage.
 struct interleave_options {
@@ -147,6 +150,11 @@ class pipeline {
   /// Every child runs as a source stage of its own, so children prepare elements concurrently (on
   /// the scheduler, or on their own thread when blocking) while the output order stays fixed.
   static pipeline interleave(std::string name, child_opener_factory open, interleave_options interleave,
+                             stage_options options = {});
+  /// The same interleave with children made from the elements of `outer`, a pipeline the stage
+  /// launches as a chain of stage actors and reads through the flow protocol: one child per outer
+  /// element, asked for only as the cycle needs them.
+  static pipeline interleave(std::string name, pipeline outer, child_maker make, interleave_options interleave,
                              stage_options options = {});
   /// This pipeline followed by a transform stage.
   pipeline transform(std::string name, transform_fn fn, stage_options options = {}) const;

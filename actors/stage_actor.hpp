@@ -33,7 +33,9 @@ struct stage_spec {
   transform_fn fn;             // kind::parallel_map
   parallel_options parallel;   // kind::parallel_map
   caf::actor producer;         // kind::actor
-  child_opener_factory make_opener;  // kind::interleave
+  child_opener_factory make_opener;  // kind::interleave over generated inputs, or:
+  std::shared_ptr<const pipeline> outer;  // kind::interleave over a pipeline's elements,
+  child_maker make_child;                 // each made into a child by this
   interleave_options interleave;     // kind::interleave
   bool adds_to_shared_metrics = false;  // kind::generator run by an interleave: one total for all
 };

@@ -1,16 +1,13 @@
-// Transformations that run other datasets inside a stage: repeat (one run per epoch), interleave
-// (one run per input element, several at once) and the in-memory cache that serves later epochs.
-
-#include <deque>
+// Transformations that run other datasets: repeat (one run per epoch), interleave (one run per
+// input element, several at once) and the in-memory cache that serves later epochs. A nested run
+// is a child of an interleave stage (child_of): its generator in a source stage, or its stages as
+// a chain of actors inside the topology, never a blocking reader.
 
 #include "pipeline/node.hpp"
 
 namespace af::data {
 
 namespace {
-
-// These stages block on nested readers: their own thread keeps them off the shared scheduler.
-constexpr stage_options nested_stage{.slots = element_slots, .detached = true};
 
 struct repeat_node final : unary_node {
   int64_t count;
@@ -38,7 +35,9 @@ struct repeat_node final : unary_node {
                 if (times >= 0 && st->epoch >= times) return std::optional<element>{};
                 build_context pass = ctx;
                 pass.epoch = mix_seed(ctx.epoch, static_cast<uint64_t>(st->epoch));
-                st->stream = open_nested(*in, pass);
+                auto make = in->inline_source(pass);
+                if (!make) return make_error(errc::invalid_argument, "repeat: its input stopped generating in place");
+                st->stream = make();
                 st->in_this_epoch = 0;
                 ++st->epoch;
               }
@@ -121,83 +120,23 @@ struct interleave_node final : unary_node {
                                 {.slots = element_slots});
   }
 
-  // The input is itself a pipeline of stages: one stage reads it and the children, blocking.
+  // The input is itself a pipeline of stages: the interleave stage launches it as a chain of its
+  // own and makes a child of each of its elements as the cycle needs them.
   pipeline build_sequential(const build_context& ctx) const {
-    auto in = input;
+    build_context nested = ctx;
+    nested.tunables = nullptr;  // the outer chain is not one of the top-level topology's stages
     auto make = fn;
-    const auto cycle = static_cast<std::size_t>(cycle_length);
-    const auto block = block_length;
-    const auto open_ahead = this->open_ahead();
-    return pipeline::from_source(
-        "interleave",
-        [in, make, cycle, block, open_ahead, ctx] {
-          struct cycle_state {
-            generator_fn outer;
-            bool outer_done = false;
-            std::vector<generator_fn> slots;  // null: no child open in this slot
-            std::deque<generator_fn> ahead;   // children opened before the cycle needs them
-            std::size_t index = 0;
-            int64_t in_block = 0;
-          };
-          auto st = std::make_shared<cycle_state>();
-          st->slots.resize(cycle);
-          // Opens the child dataset of the next outer element; nullopt when the outer input ended.
-          auto open_next = [in, make, ctx, st]() -> expected<generator_fn> {
-            if (st->outer_done) return generator_fn{};
-            if (!st->outer) st->outer = open_nested(*in, ctx);
-            auto next = st->outer();
-            if (!next) return next.error_value();
-            if (!next->has_value()) {
-              st->outer_done = true;
-              return generator_fn{};
-            }
-            auto child = guarded("interleave function", [&] { return make(**next); });
-            if (!child) return with_origin(child.error_value(), (*next)->origin);
-            return open_nested(*child->root(), ctx);
-          };
-          return generator_fn{[st, open_next, cycle, block, open_ahead]() -> expected<std::optional<element>> {
-            for (;;) {
-              while (st->ahead.size() < open_ahead && !st->outer_done) {
-                auto child = open_next();
-                if (!child) return child.error_value();
-                if (*child) st->ahead.push_back(std::move(*child));
-              }
-              auto& slot = st->slots[st->index];
-              if (slot) {
-                auto next = slot();
-                if (!next) return next.error_value();
-                if (next->has_value()) {
-                  if (++st->in_block >= block) {
-                    st->in_block = 0;
-                    st->index = (st->index + 1) % cycle;
-                  }
-                  return next;
-                }
-                slot = nullptr;  // this child is exhausted: move on, refill the slot when we return
-                st->in_block = 0;
-                st->index = (st->index + 1) % cycle;
-                continue;
-              }
-              if (!st->ahead.empty()) {
-                slot = std::move(st->ahead.front());
-                st->ahead.pop_front();
-                continue;
-              }
-              if (!st->outer_done) {
-                auto child = open_next();
-                if (!child) return child.error_value();
-                if (*child) slot = std::move(*child);
-                continue;
-              }
-              bool any_open = false;
-              for (const auto& s : st->slots) any_open = any_open || static_cast<bool>(s);
-              if (!any_open) return std::optional<element>{};
-              st->in_block = 0;
-              st->index = (st->index + 1) % cycle;
-            }
-          }};
-        },
-        nested_stage);
+    child_maker maker = [make, ctx](element outer) -> expected<child_source> {
+      auto child = guarded("interleave function", [&] { return make(outer); });
+      if (!child) return with_origin(child.error_value(), outer.origin);
+      return child_of(*child->root(), ctx);
+    };
+    return pipeline::interleave("interleave", input->build(nested), std::move(maker),
+                                {.cycle_length = static_cast<std::size_t>(cycle_length),
+                                 .block_length = static_cast<std::size_t>(block_length),
+                                 .open_ahead = open_ahead(),
+                                 .child_slots = element_slots},
+                                {.slots = element_slots});
   }
   pipeline extend(pipeline up, const build_context&) const override { return up; }
 };

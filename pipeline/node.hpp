@@ -43,8 +43,6 @@ inline constexpr std::size_t element_slots = 64;
 inline constexpr std::size_t parallel_map_slots = 128;
 /// Output slots of a batch stage: a batch is many elements, two of them keep the consumer fed.
 inline constexpr std::size_t batch_slots = 2;
-/// Credit a nested reader (repeat epoch, interleave child, zip input) grants its pipeline.
-inline constexpr std::size_t nested_reader_slots = 128;
 
 /// Everything a node needs to build its stages.
 struct build_context {
@@ -121,11 +119,5 @@ dataset positioned_at(const dataset& ds, uint64_t consumed);
 /// inputs): its generator when it generates in place, else its stages as a chain of actors of
 /// their own. Either way it runs inside the topology, with no blocking reader.
 child_source child_of(const node& n, const build_context& ctx);
-
-/// Runs a nested dataset to completion inside a stage (repeat epochs, interleave children, zip).
-element_stream run_nested(const node& n, const build_context& ctx);
-/// The elements of a nested dataset: generated on the caller's thread when the node is an inline
-/// source, else read from its own running topology (run_nested).
-generator_fn open_nested(const node& n, const build_context& ctx);
 
 }  // namespace af::data

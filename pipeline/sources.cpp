@@ -173,23 +173,11 @@ uint64_t structural_salt(const node& n) {
   return std::hash<std::string>{}(n.label()) ^ mix_seed(depth, 0);
 }
 
-element_stream run_nested(const node& n, const build_context& ctx) {
-  build_context nested = ctx;
-  nested.tunables = nullptr;  // the autotuner sees the top-level topology only
-  return af::iterate(*ctx.rt, n.build(nested), {.slots = nested_reader_slots, .name = "nested reader"});
-}
-
 child_source child_of(const node& n, const build_context& ctx) {
   if (auto make = n.inline_source(ctx)) return child_source{make(), false};
   build_context nested = ctx;
   nested.tunables = nullptr;  // the autotuner sees the top-level topology only
   return child_source{.stages = std::make_shared<const pipeline>(n.build(nested))};
-}
-
-generator_fn open_nested(const node& n, const build_context& ctx) {
-  if (auto make = n.inline_source(ctx)) return make();
-  auto stream = std::make_shared<element_stream>(run_nested(n, ctx));  // generator_fn must be copyable
-  return [stream] { return stream->next(); };
 }
 
 dataset dataset::range(int64_t start, int64_t stop, int64_t step) {

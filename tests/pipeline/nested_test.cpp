@@ -143,3 +143,37 @@ TEST_CASE("zip reads each input as a child inside the topology and ends with the
   CHECK(af::testing::eventually([&] { return rt.system().registry().running() == running; }));
   CHECK(drain_error(rt, dataset::zip({})).message.find("zip of no datasets") != std::string::npos);
 }
+
+TEST_CASE("an interleave over a pipeline reads it as a chain inside the topology, in the sequential order",
+          "[pipeline][nested]") {
+  runtime rt{test_runtime_options()};
+  const std::size_t running = rt.system().registry().running();
+  const int64_t plain = threads_while_reading(rt, staged_range(200));
+  auto child = [](const element& e) -> expected<dataset> {
+    const int64_t i = e.find("value")->item<int64_t>();
+    return dataset::range(i * 10, i * 10 + 4).map(same, 2);
+  };
+  // The outer input is a pipeline of stages (a parallel map), so no input generates in place.
+  std::vector<int64_t> got;
+  const int64_t threads = threads_while_reading(rt, staged_range(6).interleave(child, 2, 3), &got);
+  CHECK(got == std::vector<int64_t>{0, 1, 2, 10, 11, 12, 3, 13, 20, 21, 22, 30, 31, 32, 23, 33,
+                                    40, 41, 42, 50, 51, 52, 43, 53});
+  CHECK(threads <= plain);
+
+  // The outer input's failure arrives where the sequential algorithm meets it: when the cycle
+  // needs the next child (none opened ahead: parallelism = cycle length), after every element of
+  // the children opened before it.
+  auto outer = staged_range(5).map([](element e) -> expected<element> {
+    if (e.find("value")->item<int64_t>() == 2) return make_error(errc::io_error, "listing broke at 2");
+    return e;
+  }, 1, true, "list");
+  std::vector<element> before;
+  const error err = drain_error(rt, outer.interleave(child, 2, 3, 2), &before);
+  CHECK(err.code == errc::io_error);
+  CHECK(err.message.find("listing broke at 2") != std::string::npos);
+  CHECK(values(before) == std::vector<int64_t>{0, 1, 2, 10, 11, 12, 3, 13});
+
+  // An endless outer input stops with the reader, children and chain alike.
+  CHECK(values(drain(rt, staged_range(3).repeat().interleave(child, 2).take(30))).size() == 30);
+  CHECK(af::testing::eventually([&] { return rt.system().registry().running() == running; }));
+}
