@@ -351,8 +351,10 @@ TEST_CASE("a parallel map behind a stalled reader holds no more than its slots",
     CHECK(calls->load() <= bound);
     return stream.counters()[1].buffered == map_slots;
   }));
+  // Filled once is what the eventually proved; a credit the reader granted before it stalled may
+  // still be in flight, so a later look can see one element moved on (and refilled after).
   auto counters = stream.counters();
-  CHECK(counters[1].buffered == map_slots);
+  CHECK(counters[1].buffered <= map_slots);
   CHECK(counters[1].slots == map_slots);
   CHECK(calls->load() <= bound);
   // The reader resumes: the stage's results waited for its credit all along.
