@@ -9,6 +9,11 @@
 //   producer -> consumer   (batch_atom, std::vector<element>) at most the credit outstanding
 //   producer -> consumer   (end_atom)                         no more items (needs no credit)
 //   producer -> consumer   (fail_atom, caf::error)            the stream failed (af::errc + context)
+//   consumer -> producer   (snapshot_atom)                    put a mark into your output (the
+//                                                            request travels up to the source)
+//   producer -> consumer   (mark_atom, snapshot_ptr)          a mark, after the items sent before
+//                                                            it (needs no credit); each stage adds
+//                                                            its saved state as the mark passes
 //
 // Binding: a producer serves exactly one consumer, the sender of the first demand. It monitors that
 // consumer (its death counts as cancel); the consumer monitors its producer (a producer that dies
@@ -17,21 +22,27 @@
 // demand from a second consumer. After end or fail the producer terminates.
 
 #include <caf/actor.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/actor_cast.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "actors/caf_error.hpp"
 #include "actors/message_types.hpp"  // inspect(element): batches are messages
+#include "actors/stage.hpp"
 #include "actors/tsan_handoff.hpp"
 #include "ops/element.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<af::chain_snapshot>)
 
 namespace af::flow {
 
@@ -40,6 +51,10 @@ using cancel_atom = caf::atom_constant<caf::atom("af_cancel")>;
 using batch_atom = caf::atom_constant<caf::atom("af_batch")>;
 using end_atom = caf::atom_constant<caf::atom("af_end")>;
 using fail_atom = caf::atom_constant<caf::atom("af_fail")>;
+using snapshot_atom = caf::atom_constant<caf::atom("af_snap")>;
+using mark_atom = caf::atom_constant<caf::atom("af_mark")>;
+/// One owner at a time: the stage the mark is passing adds its state, then sends it on.
+using snapshot_ptr = std::shared_ptr<chain_snapshot>;
 
 /// The producer end of one flow: the bound consumer and the credit it granted.
 class outbound {
@@ -63,10 +78,11 @@ class outbound {
   const caf::actor& consumer() const noexcept { return consumer_; }
   uint64_t credit() const noexcept { return credit_; }
 
-  /// Sends as many buffered elements as the credit allows, in one batch; returns how many.
+  /// Sends as many buffered elements as the credit allows (at most `limit`), in one batch;
+  /// returns how many.
   template <class Self>
-  std::size_t push(Self* self, std::deque<element>& buffer) {
-    const auto n = static_cast<std::size_t>(std::min<uint64_t>(credit_, buffer.size()));
+  std::size_t push(Self* self, std::deque<element>& buffer, std::size_t limit = SIZE_MAX) {
+    const auto n = static_cast<std::size_t>(std::min<uint64_t>(credit_, std::min(buffer.size(), limit)));
     if (n == 0 || !consumer_) return 0;
     std::vector<element> batch;
     batch.reserve(n);

@@ -306,7 +306,10 @@ caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::sha
   st.options.child_slots = std::max<std::size_t>(1, st.options.child_slots);
   st.cycle.resize(st.options.cycle_length);
   st.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
-  if (spec.outer) {
+  if (spec.restore_ended) {
+    st.out->set_terminal(caf::error{});  // it had ended before the snapshot this launch resumes
+    st.open = []() -> expected<std::optional<child_source>> { return std::optional<child_source>{}; };
+  } else if (spec.outer) {
     st.make_child = spec.make_child;
     st.outer.producer = spawn_chain(self->system(), *spec.outer, std::make_shared<stage_metrics>(spec.name + "/input"));
     st.outer.in = flow::inbound{st.outer.producer};
@@ -339,6 +342,12 @@ caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::sha
       [self](flow::end_atom) { on_child_done(self, caf::error{}); },
       [self](flow::fail_atom, caf::error& err) { on_child_done(self, std::move(err)); },
       [self](flow::cancel_atom) { finish(self); },
+      [self](flow::snapshot_atom) {
+        auto mark = std::make_shared<chain_snapshot>();
+        mark->unsupported = "stage '" + self->state.out->name + "' (an interleave, zip or repeat) cannot save its children's positions";
+        self->state.out->add_mark(std::move(mark));
+        run(self);
+      },
   }.or_else(producer_handlers(self, [](interleave_actor* a) { run(a); }));
 }
 

@@ -138,6 +138,7 @@ struct parallel_map_state {
   std::unique_ptr<stage_output> out;
   flow::inbound in;
   std::deque<element> inputs;  // received, not yet dispatched
+  inbound_marks marks;         // a mark waits until every input before it has left as outputs
   std::vector<worker_slot> workers;
   std::size_t wanted_workers = 1;
   std::size_t in_flight = 0;        // inputs at workers
@@ -238,8 +239,7 @@ void finish(parallel_map_actor* self) {
 // leaves after the outputs of earlier inputs (deterministic) or after what is ready (otherwise).
 void fail(parallel_map_actor* self, caf::error err, std::optional<uint64_t> seq = std::nullopt) {
   auto& st = self->state;
-  st.in.cancel(self);
-  st.inputs.clear();
+  stop_upstream(self, st);
   st.upstream_done = true;
   if (st.deterministic && seq) {
     if (st.failed_seq && *st.failed_seq <= *seq) return;  // an earlier input failed already
@@ -266,7 +266,7 @@ void dispatch(parallel_map_actor* self) {
   const std::size_t busy = st.in_flight + st.parked + st.out->buffer.size();
   if (busy >= st.out->slots()) return;
   std::vector<std::size_t> give(st.workers.size(), 0);
-  std::size_t left = std::min(st.inputs.size(), st.out->slots() - busy);
+  std::size_t left = std::min({st.inputs.size(), st.out->slots() - busy, st.marks.room_before_mark()});
   const std::size_t depth = std::max(worker_depth, st.out->slots() / (4 * std::max<std::size_t>(1, st.workers.size())));
   for (std::size_t level = 1; level <= depth && left > 0; ++level)
     for (std::size_t i = 0; i < st.workers.size() && left > 0; ++i)
@@ -281,6 +281,7 @@ void dispatch(parallel_map_actor* self) {
     for (std::size_t k = 0; k < give[i]; ++k) {
       batch.push_back(std::move(st.inputs.front()));
       st.inputs.pop_front();
+      st.marks.took(1);
       if (st.deterministic) st.window.emplace_back();
     }
     st.workers[i].in_flight += give[i];
@@ -327,10 +328,23 @@ void publish(parallel_map_actor* self) {
   m.buffered.store(held(st), std::memory_order_relaxed);
 }
 
+// A due mark passes once the outputs of every input before it are in the output buffer (the
+// function keeps no state, so there is nothing else to save); dispatching waits for it.
+void pass_due_marks(parallel_map_actor* self) {
+  auto& st = self->state;
+  while (st.marks.due() && st.in_flight == 0 && st.window.empty()) {
+    auto mark = st.marks.pop_due();
+    add_stateless(*mark, st.out->name);
+    st.out->add_mark(std::move(mark));
+    dispatch(self);
+  }
+}
+
 // Dispatches what workers can take, sends what credit allows, asks upstream for the free room.
 void run(parallel_map_actor* self) {
   auto& st = self->state;
   auto& out = *st.out;
+  pass_due_marks(self);
   dispatch(self);
   if (st.upstream_done && st.inputs.empty() && st.in_flight == 0 && st.window.empty() && !st.failed_seq)
     out.set_terminal(st.upstream_status);
@@ -400,6 +414,7 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
     } else if (msg.source == s.in.producer().address() && !s.in.closed()) {
       // Like an upstream failure: what was received still goes out first.
       s.in.close();
+      s.marks.upstream_closed(make_caf_error(errc::peer_down, "upstream terminated"));
       s.upstream_done = true;
       s.upstream_status = make_caf_error(errc::peer_down, "stage '" + s.out->name +
                                                               "': upstream terminated without end (" +
@@ -440,6 +455,14 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
         if (accept_demand(self, *self->state.out, n)) run(self);
       },
       [self](flow::cancel_atom) { finish(self); },
+      [self](flow::snapshot_atom) {
+        self->state.marks.request(self, self->state.in);
+        run(self);
+      },
+      [self](flow::mark_atom, flow::snapshot_ptr& mark) {
+        self->state.marks.on_mark(self->state.in, std::move(mark));
+        run(self);
+      },
       [self](done_atom, uint32_t id, uint64_t seq, std::vector<element>& outputs, caf::error& err,
              int64_t busy_ns) {
         tsan_acquire(outputs.data());  // pairs with the worker's release

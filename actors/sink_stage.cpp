@@ -20,6 +20,7 @@ struct sink_state {
   std::size_t slots = 1;
   std::size_t held = 0;  // delivered to the target and not yet released
   flow::inbound in;
+  std::size_t marks_awaited = 0;  // snapshot requests passed upstream and not yet answered
   std::shared_ptr<sink_target> target;
   std::shared_ptr<stage_metrics> metrics;
   std::unique_ptr<trace::activity> act;
@@ -32,8 +33,21 @@ using sink_actor = detail::resume_ordered<caf::stateful_actor<sink_state>>;
 
 // -- behaviour ----------------------------------------------------------------------------------
 
+// Marks upstream will never send (it ended, failed or was cancelled) are started here: the
+// whole chain had ended, or the stream had failed.
+void answer_awaited_marks(sink_actor* self, const error& status) {
+  auto& st = self->state;
+  for (; st.marks_awaited > 0; --st.marks_awaited) {
+    auto mark = std::make_shared<chain_snapshot>();
+    mark->upstream_ended = true;
+    if (status) mark->unsupported = "the stream had failed (" + status.message + ")";
+    st.target->mark(std::move(mark));
+  }
+}
+
 void finish(sink_actor* self, const error& status) {
   auto& st = self->state;
+  answer_awaited_marks(self, status);
   if (!st.finished) {
     st.finished = true;
     st.act->leave();
@@ -120,6 +134,18 @@ caf::behavior sink_stage(sink_actor* self, std::string name, std::size_t slots, 
       [self](flow::cancel_atom) {
         self->state.in.cancel(self);
         finish(self, make_error(errc::cancelled, "sink '" + self->state.name + "' was cancelled"));
+      },
+      [self](flow::snapshot_atom) {
+        auto& s = self->state;
+        ++s.marks_awaited;
+        if (s.in.closed()) answer_awaited_marks(self, {});
+        else self->send(s.in.producer(), flow::snapshot_atom::value);
+      },
+      [self](flow::mark_atom, flow::snapshot_ptr& mark) {
+        auto& s = self->state;
+        if (s.in.closed() || s.marks_awaited == 0 || !mark) return;
+        --s.marks_awaited;
+        s.target->mark(std::move(mark));
       },
   };
 }

@@ -43,6 +43,17 @@ pipeline pipeline::from_source(std::string name, generator_factory make, stage_o
   return p;
 }
 
+pipeline pipeline::from_savable_source(std::string name, source_factory make, stage_options options) {
+  auto spec = std::make_shared<stage_spec>();
+  spec->what = stage_spec::kind::generator;
+  spec->name = std::move(name);
+  spec->options = options;
+  spec->make_source = std::move(make);
+  pipeline p;
+  p.stages_.push_back(std::move(spec));
+  return p;
+}
+
 pipeline pipeline::interleave(std::string name, child_opener_factory open, interleave_options interleave,
                               stage_options options) {
   auto spec = std::make_shared<stage_spec>();
@@ -92,6 +103,8 @@ class function_operator final : public stage_operator {
     for (auto& e : *made) out.push_back(std::move(e));
     return {};
   }
+  bool save(stage_state&) const override { return true; }  // a function holds nothing between calls
+  expected<void> restore(const stage_state&) override { return {}; }
 
  private:
   transform_fn fn_;
@@ -128,6 +141,41 @@ pipeline pipeline::parallel_map(std::string name, transform_fn fn, parallel_opti
   pipeline p = *this;
   p.stages_.push_back(std::move(spec));
   return p;
+}
+
+std::string pipeline::snapshot_support() const {
+  for (const auto& s : stages_) {
+    if (s->what == stage_spec::kind::actor) return "stage '" + s->name + "' is an actor outside the pipeline";
+    if (s->what == stage_spec::kind::interleave)
+      return "stage '" + s->name + "' (an interleave, zip or repeat) cannot save its children's positions";
+    if (s->what == stage_spec::kind::generator && !s->make_source)
+      return "source '" + s->name + "' cannot save its position (a generator)";
+  }
+  return {};
+}
+
+expected<pipeline> pipeline::resumed(const chain_snapshot& snapshot) const {
+  if (!snapshot.unsupported.empty())
+    return make_error(errc::invalid_argument, "resume: the snapshot is incomplete: " + snapshot.unsupported);
+  const std::size_t n = stages_.size(), saved = snapshot.stages.size();
+  if (saved > n || (saved < n && !snapshot.upstream_ended))
+    return make_error(errc::invalid_argument, "resume: the snapshot holds " + std::to_string(saved) +
+                                                  " stage states for a pipeline of " + std::to_string(n) + " stages");
+  pipeline out;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto spec = std::make_shared<stage_spec>(*stages_[i]);
+    if (i < n - saved) {
+      spec->restore_ended = true;
+    } else {
+      const stage_state& state = snapshot.stages[i - (n - saved)];
+      if (state.stage != spec->name)
+        return make_error(errc::invalid_argument, "resume: stage " + std::to_string(i) + " is '" + spec->name +
+                                                      "' but the snapshot saved '" + state.stage + "' there");
+      spec->restore = std::make_shared<const stage_state>(state);
+    }
+    out.stages_.push_back(std::move(spec));
+  }
+  return out;
 }
 
 std::size_t pipeline::total_slots() const {

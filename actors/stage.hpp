@@ -46,6 +46,25 @@ using transform_fn = std::function<expected<std::vector<element>>(element)>;
 /// with another launch of the same description.
 using generator_factory = std::function<generator_fn()>;
 
+/// What one stage holds at a snapshot of its pipeline: enough to continue exactly where it stood.
+struct stage_state {
+  std::string stage;          ///< the stage's name (checked on restore)
+  std::string data;           ///< the stage's own bytes: positions, counters, RNG state
+  std::vector<element> held;  ///< elements it holds: a shuffle buffer, a partial batch
+};
+
+/// A consistent cut through a chain of stages. A mark travels downstream behind the elements sent
+/// before it, and each stage adds what it holds as the mark passes: every element is then either
+/// inside some stage's saved state or downstream of the chain (where the reader keeps it), never
+/// both, never neither. Costs what the stages hold, not what the chain has produced so far.
+struct chain_snapshot {
+  std::vector<stage_state> stages;  ///< source first; only the last stages when upstream_ended
+  /// The stages before `stages` had ended when the mark was made: restored, they produce nothing.
+  bool upstream_ended = false;
+  /// Non-empty when a stage cannot save its state (it says which and why): resume must replay.
+  std::string unsupported;
+};
+
 /// A stateful per-element operator run by a stage (batch, shuffle, take, ...). Each launch gets its
 /// own instance from an operator_factory; the stage calls it from one thread at a time.
 class stage_operator {
@@ -62,7 +81,29 @@ class stage_operator {
   virtual bool satisfied() const noexcept { return false; }
   /// Elements held inside the operator right now (reported as buffered).
   virtual std::size_t held() const noexcept { return 0; }
+  /// Writes what the operator holds into `state` (data and held elements); false when it cannot,
+  /// and a resume then replays the input instead.
+  virtual bool save(stage_state& /*state*/) const { return false; }
+  /// Continues from what save() wrote; an error names what does not fit.
+  virtual expected<void> restore(const stage_state& state) {
+    return make_error(errc::invalid_argument, "stage '" + state.stage + "' cannot restore a saved state");
+  }
 };
+
+/// A generator whose position can be saved and restored (a range, in-memory slices, files), so
+/// that a resume seeks instead of reproducing everything before the position.
+class element_source {
+ public:
+  virtual ~element_source() = default;
+  /// The next element; nullopt ends the stream, an error fails it.
+  virtual expected<std::optional<element>> next() = 0;
+  /// Writes the position after the last element next() returned.
+  virtual void save(stage_state& state) const = 0;
+  /// Continues from a position save() wrote; an error names what does not fit.
+  virtual expected<void> restore(const stage_state& state) = 0;
+};
+/// Makes a fresh source for each launch.
+using source_factory = std::function<std::unique_ptr<element_source>()>;
 using operator_factory = std::function<std::unique_ptr<stage_operator>()>;
 
 class pipeline;
@@ -144,6 +185,8 @@ class pipeline {
   static pipeline from_actor(std::string name, caf::actor producer);
   /// A source stage pulling from a generator made afresh for each launch.
   static pipeline from_source(std::string name, generator_factory make, stage_options options = {});
+  /// A source stage whose position is saved with its pipeline's snapshots (see chain_snapshot).
+  static pipeline from_savable_source(std::string name, source_factory make, stage_options options = {});
   /// A source stage that interleaves child streams in the order of tf.data's interleave: children
   /// are opened in turn, `cycle_length` at a time, and `block_length` consecutive elements are taken
   /// from each before moving to the next; a child that ends is replaced by the next one opened.
@@ -163,6 +206,13 @@ class pipeline {
   /// This pipeline followed by a stage that fans elements out to `options.parallelism` worker actors
   /// each applying `fn` (called concurrently: it must be thread-safe) and merges their outputs.
   pipeline parallel_map(std::string name, transform_fn fn, parallel_options options = {}) const;
+
+  /// The same stages, each continuing from its state in `snapshot` (taken by
+  /// element_stream::snapshot on a launch of this pipeline); an error naming the stage whose state
+  /// does not fit, or when the snapshot covers another chain.
+  expected<pipeline> resumed(const chain_snapshot& snapshot) const;
+  /// Empty when every stage can take part in a snapshot; otherwise why not (naming the stage).
+  std::string snapshot_support() const;
 
   /// Upper bound on the elements the stages hold at once (excluding any sink).
   std::size_t total_slots() const;
@@ -277,6 +327,15 @@ class element_stream {
   void cancel();
   /// Counters of every stage, the reader last.
   std::vector<stage_counters> counters() const;
+  /// A consistent cut of the running pipeline (see chain_snapshot), taken while it runs: a mark
+  /// goes in at the source and this call reads on until it arrives. What it read meanwhile is
+  /// returned in `read_ahead` (next() will not return it again), so the stream's position is
+  /// `read_ahead` followed by the restored stages. Unsupported stages are named in the snapshot.
+  struct position {
+    chain_snapshot chain;
+    std::vector<element> read_ahead;
+  };
+  position snapshot();
   /// topology::set_slots / set_parallelism of the running pipeline; callable from any thread.
   void set_slots(std::size_t stage, std::size_t slots);
   void set_parallelism(std::size_t stage, std::size_t workers);

@@ -28,7 +28,8 @@ struct stage_spec {
   kind what = kind::generator;
   std::string name;
   stage_options options;
-  generator_factory make_gen;  // kind::generator
+  generator_factory make_gen;  // kind::generator, or (savable):
+  source_factory make_source;
   operator_factory make_op;    // kind::transform
   transform_fn fn;             // kind::parallel_map
   parallel_options parallel;   // kind::parallel_map
@@ -38,6 +39,10 @@ struct stage_spec {
   child_maker make_child;                 // each made into a child by this
   interleave_options interleave;     // kind::interleave
   bool adds_to_shared_metrics = false;  // kind::generator run by an interleave: one total for all
+  /// Set on a resumed launch: the state this stage continues from, or (restore_ended) nothing to
+  /// continue: the stage had ended upstream of a snapshot and produces nothing.
+  std::shared_ptr<const stage_state> restore;
+  bool restore_ended = false;
 };
 
 namespace detail {
@@ -102,6 +107,9 @@ class sink_target {
   /// True when delivered elements are consumed at once (a callback); false when a reader releases
   /// them later with release_atom.
   virtual bool releases_on_delivery() const noexcept = 0;
+  /// A snapshot mark, behind the batches delivered before it (targets that take no snapshots
+  /// ignore it).
+  virtual void mark(flow::snapshot_ptr /*mark*/) {}
 };
 
 /// The output half every producing stage shares: the slots, the consumer's credit, the terminal
@@ -151,13 +159,23 @@ class stage_output {
     return make_caf_error(placed.code, placed.message);
   }
 
-  /// Sends what credit allows; after the last element, the terminal message. Returns true when
-  /// the stage is finished (the caller quits).
+  /// Puts a snapshot mark behind the elements buffered now; it leaves right after them.
+  void add_mark(flow::snapshot_ptr mark) { marks_.emplace_back(buffer.size(), std::move(mark)); }
+
+  /// Sends what credit allows, and each mark once the elements before it have left; after the
+  /// last element, the terminal message. Returns true when the stage is finished (the caller quits).
   template <class Self>
   bool flush(Self* self) {
-    const std::size_t sent = port.push(self, buffer);
-    if (sent) metrics_->items_out.fetch_add(sent, std::memory_order_relaxed);
-    if (terminal_set_ && buffer.empty() && port.bound()) {
+    for (;;) {
+      const std::size_t before_mark = marks_.empty() ? SIZE_MAX : marks_.front().first;
+      const std::size_t sent = port.push(self, buffer, before_mark);
+      if (sent) metrics_->items_out.fetch_add(sent, std::memory_order_relaxed);
+      for (auto& m : marks_) m.first -= std::min(m.first, sent);
+      if (marks_.empty() || marks_.front().first > 0 || !port.bound()) break;
+      self->send(port.consumer(), flow::mark_atom::value, std::move(marks_.front().second));
+      marks_.pop_front();
+    }
+    if (terminal_set_ && buffer.empty() && marks_.empty() && port.bound()) {
       port.finish(self, terminal_);
       return true;
     }
@@ -185,6 +203,7 @@ class stage_output {
   bool terminal_set_ = false;
   caf::error terminal_;
   bool adds_;
+  std::deque<std::pair<std::size_t, flow::snapshot_ptr>> marks_;  // elements ahead of each mark
   stage_counters reported_;  // what this stage added to shared metrics so far
 
   void report(std::size_t held) {
@@ -202,6 +221,63 @@ class stage_output {
     add(metrics_->buffered, reported_.buffered, static_cast<uint64_t>(held));
   }
 };
+
+/// The snapshot marks a consuming stage received among its inputs, each due once the inputs that
+/// arrived before it have been taken, and the snapshot requests it passed upstream and still
+/// awaits. A request that upstream will never answer (it ended, failed or was cancelled) gets a
+/// mark started here, behind everything received: the stages before this one had ended.
+class inbound_marks {
+ public:
+  void received(std::size_t n) noexcept { received_ += n; }
+  void took(std::size_t n) noexcept { taken_ += n; }
+  /// Inputs that may be taken before the next mark is due.
+  std::size_t room_before_mark() const noexcept {
+    return marks_.empty() ? SIZE_MAX : static_cast<std::size_t>(marks_.front().first - std::min(taken_, marks_.front().first));
+  }
+  bool due() const noexcept { return !marks_.empty() && marks_.front().first <= taken_; }
+  flow::snapshot_ptr pop_due() {
+    auto m = std::move(marks_.front().second);
+    marks_.pop_front();
+    return m;
+  }
+  /// A mark from upstream (ignored once upstream is closed: its requests were answered here).
+  void on_mark(const flow::inbound& in, flow::snapshot_ptr mark) {
+    if (in.closed() || awaited_ == 0 || !mark) return;
+    --awaited_;
+    marks_.emplace_back(received_, std::move(mark));
+  }
+  /// A request from downstream: passed upstream while it runs, else answered here.
+  template <class Self>
+  void request(Self* self, const flow::inbound& in) {
+    if (in.closed()) {
+      marks_.emplace_back(received_, started_here(closed_status_));
+      return;
+    }
+    ++awaited_;
+    self->send(in.producer(), flow::snapshot_atom::value);
+  }
+  /// Upstream closed (ended, failed, or cancelled by this stage): `status` empty when it ended.
+  void upstream_closed(const caf::error& status) {
+    closed_status_ = status ? to_string(status) : std::string{};
+    for (; awaited_ > 0; --awaited_) marks_.emplace_back(received_, started_here(closed_status_));
+  }
+
+ private:
+  static flow::snapshot_ptr started_here(const std::string& failure) {
+    auto mark = std::make_shared<chain_snapshot>();
+    mark->upstream_ended = true;
+    if (!failure.empty()) mark->unsupported = "the stream had failed upstream (" + failure + ")";
+    return mark;
+  }
+  uint64_t received_ = 0;
+  uint64_t taken_ = 0;
+  std::size_t awaited_ = 0;
+  std::string closed_status_;
+  std::deque<std::pair<uint64_t, flow::snapshot_ptr>> marks_;  // inputs received before each
+};
+
+/// Adds a stateless stage's (empty) state to a passing mark.
+inline void add_stateless(chain_snapshot& mark, const std::string& stage) { mark.stages.push_back({stage, {}, {}}); }
 
 /// Calls a factory of user code. An exception or an empty result yields an empty value and says
 /// why in `why`, so the caller can put a stand-in that fails the stream in its place.
@@ -258,7 +334,7 @@ caf::message_handler producer_handlers(Self* self, Run run) {
 }
 
 /// What a consuming stage (transform, parallel map) does with its upstream's batch, end and
-/// failure. Its state has `in`, `out`, `inputs`, `upstream_done` and `upstream_status`; `run`
+/// failure. Its state has `in`, `out`, `inputs`, `marks`, `upstream_done` and `upstream_status`; `run`
 /// resumes the stage and `fail` fails it with its own error.
 template <class Self, class Run, class Fail>
 void take_upstream_batch(Self* self, std::vector<element>& items, Run run, Fail fail) {
@@ -268,6 +344,7 @@ void take_upstream_batch(Self* self, std::vector<element>& items, Run run, Fail 
     fail(self, std::move(err));
   } else {
     s.out->metrics().items_in.fetch_add(items.size(), std::memory_order_relaxed);
+    s.marks.received(items.size());
     for (auto& e : items) s.inputs.push_back(std::move(e));
   }
   run(self);
@@ -276,6 +353,7 @@ void take_upstream_batch(Self* self, std::vector<element>& items, Run run, Fail 
 template <class Self, class Run>
 void take_upstream_end(Self* self, Run run) {
   self->state.in.close();
+  self->state.marks.upstream_closed({});
   self->state.upstream_done = true;
   run(self);
 }
@@ -285,9 +363,20 @@ template <class Self, class Run>
 void take_upstream_failure(Self* self, caf::error& err, Run run) {
   auto& s = self->state;
   s.in.close();
+  s.marks.upstream_closed(err);
   if (!s.upstream_done) s.upstream_status = std::move(err);
   s.upstream_done = true;
   run(self);
+}
+
+/// Stops reading upstream (this stage wants no more, or failed): what it received and had not
+/// taken is dropped, and pending snapshot requests are answered here.
+template <class State, class Self>
+void stop_upstream(Self* self, State& s) {
+  s.in.cancel(self);
+  s.marks.took(s.inputs.size());
+  s.inputs.clear();
+  s.marks.upstream_closed({});
 }
 
 /// The stage actor `spec` describes, reading from `upstream` where it has an input.

@@ -24,6 +24,7 @@ struct transform_state {
   std::unique_ptr<stage_output> out;
   flow::inbound in;
   std::deque<element> inputs;  // received, not yet transformed
+  inbound_marks marks;
   bool upstream_done = false;
   bool op_drained = false;     // finish() appended nothing: the operator holds nothing more
   caf::error upstream_status;  // end (empty) or the upstream failure, forwarded after our outputs
@@ -64,11 +65,23 @@ uint32_t take_made(transform_state& st) {
 // Our own failure: stop upstream, drop pending inputs, fail after the outputs already made.
 void fail(transform_actor* self, caf::error err) {
   auto& st = self->state;
-  st.in.cancel(self);
-  st.inputs.clear();
+  stop_upstream(self, st);
   st.upstream_done = true;
   st.op_drained = true;
   st.out->set_terminal(std::move(err));
+}
+
+// Marks whose inputs have all been taken pass now, with the operator's state: what it holds
+// after those inputs and before any later one.
+void pass_due_marks(transform_actor* self) {
+  auto& st = self->state;
+  while (st.marks.due()) {
+    auto mark = st.marks.pop_due();
+    stage_state saved{st.out->name, {}, {}};
+    if (st.op->save(saved)) mark->stages.push_back(std::move(saved));
+    else if (mark->unsupported.empty()) mark->unsupported = "stage '" + st.out->name + "' cannot save its state";
+    st.out->add_mark(std::move(mark));
+  }
 }
 
 // Transforms while an input is ready and a slot is free, within one time slice; then sends.
@@ -79,10 +92,12 @@ void run(transform_actor* self) {
   const int64_t start = trace::now_ns();
   uint32_t consumed = 0;
   uint32_t produced = 0;
+  pass_due_marks(self);
   while (!out.has_terminal() && !st.inputs.empty() && out.free_slots() > 0 &&
          trace::now_ns() - start < time_slice_ns) {
     element input = std::move(st.inputs.front());
     st.inputs.pop_front();
+    st.marks.took(1);
     ++consumed;
     auto pushed = guarded("transform", [&] { return st.op->push(std::move(input), st.made); });
     produced += take_made(st);
@@ -91,12 +106,13 @@ void run(transform_actor* self) {
       break;
     }
     if (st.op->satisfied()) {  // e.g. take(n) has its n: stop upstream, end after what we hold
-      st.in.cancel(self);
-      st.inputs.clear();
+      stop_upstream(self, st);
       st.upstream_done = true;
       st.upstream_status = caf::error{};
     }
+    pass_due_marks(self);
   }
+  pass_due_marks(self);
   // Upstream ended cleanly: let the operator hand out what it holds, as room allows.
   while (st.upstream_done && st.inputs.empty() && !st.upstream_status && !st.op_drained &&
          !out.has_terminal() && out.free_slots() > 0 && trace::now_ns() - start < time_slice_ns) {
@@ -146,6 +162,10 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
   st.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
   st.in = flow::inbound{std::move(upstream)};
   st.in.attach(self);
+  if (spec.restore) {
+    auto restored = guarded("restoring the operator", [&] { return st.op->restore(*spec.restore); });
+    if (!restored) fail(self, st.out->stage_error(restored.error_value()));
+  }
   top_up(self);
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& s = self->state;
@@ -154,6 +174,7 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
       self->quit();
     } else if (msg.source == s.in.producer().address() && !s.in.closed()) {
       s.in.close();
+      s.marks.upstream_closed(make_caf_error(errc::peer_down, "upstream terminated"));
       fail(self, make_caf_error(errc::peer_down, "stage '" + s.out->name +
                                                      "': upstream terminated without end (" +
                                                      to_string(msg.reason) + ")"));
@@ -169,6 +190,14 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
       [self](flow::cancel_atom) {
         self->state.in.cancel(self);
         self->quit();
+      },
+      [self](flow::snapshot_atom) {
+        self->state.marks.request(self, self->state.in);
+        run(self);
+      },
+      [self](flow::mark_atom, flow::snapshot_ptr& mark) {
+        self->state.marks.on_mark(self->state.in, std::move(mark));
+        run(self);
       },
   }.or_else(producer_handlers(self, [](transform_actor* a) { run(a); }));
 }

@@ -32,10 +32,10 @@ dataset positioned_at(const dataset& ds, uint64_t consumed) {
 
 namespace {
 
-iterator launch_iteration(runtime& rt, const node& root, const build_context& ctx, std::string fingerprint,
-                          uint64_t consumed, const autotune_options& tuning) {
-  auto stream = af::iterate(rt, root.build(ctx), {.slots = 4, .name = "iterator"});
-  iterator it{std::move(stream), ctx.state, std::move(fingerprint), consumed};
+iterator launch_iteration(runtime& rt, const pipeline& stages, const build_context& ctx, std::string fingerprint,
+                          uint64_t consumed, std::vector<element> pending, const autotune_options& tuning) {
+  auto stream = af::iterate(rt, stages, {.slots = 4, .name = "iterator"});
+  iterator it{std::move(stream), ctx.state, std::move(fingerprint), consumed, std::move(pending)};
   std::vector<tunable_stage> knobs;
   {
     std::lock_guard<std::mutex> guard{ctx.tunables->mtx};
@@ -55,13 +55,19 @@ pipeline dataset::to_pipeline(runtime& rt) const {
 
 iterator dataset::iterate(runtime& rt, autotune_options tuning) const {
   auto ctx = top_level_context(rt, random_seed());
-  return launch_iteration(rt, *root_, ctx, to_dot(), 0, tuning);
+  return launch_iteration(rt, root_->build(ctx), ctx, to_dot(), 0, {}, tuning);
 }
 
 expected<iterator> dataset::resume(runtime& rt, const iterator_state& saved, autotune_options tuning) const {
   AF_TRY(check_resumable(*this, saved));
   auto ctx = top_level_context(rt, saved.base_seed);
-  return launch_iteration(rt, *positioned_at(*this, saved.consumed).root(), ctx, to_dot(), saved.consumed, tuning);
+  if (!saved.stages) {
+    auto replayed = positioned_at(*this, saved.consumed).root()->build(ctx);
+    return launch_iteration(rt, replayed, ctx, to_dot(), saved.consumed, {}, tuning);
+  }
+  auto restored = root_->build(ctx).resumed(*saved.stages);
+  if (!restored) return restored.error_value();
+  return launch_iteration(rt, *restored, ctx, to_dot(), saved.consumed, saved.pending, tuning);
 }
 
 namespace {
@@ -88,14 +94,21 @@ std::string dataset::to_dot() const {
 }
 
 iterator::iterator(element_stream stream, std::shared_ptr<iteration_state> state, std::string fingerprint,
-                   uint64_t already_consumed)
+                   uint64_t already_consumed, std::vector<element> pending)
     : stream_(std::make_unique<element_stream>(std::move(stream))), state_(std::move(state)), fingerprint_(std::move(fingerprint)),
-      consumed_(already_consumed), signals_(std::make_shared<consumer_signals>()) {}
+      consumed_(already_consumed), pending_(std::make_move_iterator(pending.begin()), std::make_move_iterator(pending.end())),
+      signals_(std::make_shared<consumer_signals>()) {}
 iterator::iterator(iterator&&) noexcept = default;
 iterator& iterator::operator=(iterator&&) noexcept = default;
 iterator::~iterator() = default;
 
 expected<std::optional<element>> iterator::next() {
+  if (!pending_.empty()) {
+    element e = std::move(pending_.front());
+    pending_.pop_front();
+    ++consumed_;
+    return std::optional<element>{std::move(e)};
+  }
   const int64_t start = trace::now_ns();
   auto got = stream_->next();
   signals_->waited_ns.fetch_add(trace::now_ns() - start, std::memory_order_relaxed);
@@ -126,45 +139,16 @@ iteration_stats iterator::stats() const {
   return out;
 }
 
-iterator_state iterator::save() const { return {state_->base_seed, consumed_, fingerprint_}; }
-
-// -- iterator_state -------------------------------------------------------------------------------
-
-namespace {
-constexpr std::string_view state_magic = "actorflow-iterator-state 1\n";
-}
-
-std::string iterator_state::serialize() const {
-  return std::string{state_magic} + "base_seed " + std::to_string(base_seed) + "\nconsumed " +
-         std::to_string(consumed) + "\nfingerprint " + std::to_string(fingerprint.size()) + "\n" + fingerprint;
-}
-
-expected<iterator_state> iterator_state::deserialize(std::string_view text) {
-  auto bad = [](const std::string& what) {
-    return make_error(errc::malformed_input, "iterator state: " + what);
-  };
-  if (text.substr(0, state_magic.size()) != state_magic) return bad("does not start with '" + std::string{state_magic.substr(0, state_magic.size() - 1)} + "'");
-  text.remove_prefix(state_magic.size());
-  iterator_state out;
-  auto read_number = [&](std::string_view key, uint64_t& value) -> expected<void> {
-    const std::string prefix = std::string{key} + " ";
-    const auto eol = text.find('\n');
-    if (text.substr(0, prefix.size()) != prefix || eol == std::string_view::npos)
-      return bad("expected a line '" + std::string{key} + " <number>'");
-    const std::string digits{text.substr(prefix.size(), eol - prefix.size())};
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-      return bad("'" + std::string{key} + "' is not a number: '" + digits + "'");
-    value = std::stoull(digits);
-    text.remove_prefix(eol + 1);
-    return {};
-  };
-  uint64_t length = 0;
-  if (auto ok = read_number("base_seed", out.base_seed); !ok) return ok.error_value();
-  if (auto ok = read_number("consumed", out.consumed); !ok) return ok.error_value();
-  if (auto ok = read_number("fingerprint", length); !ok) return ok.error_value();
-  if (text.size() != length)
-    return bad("fingerprint has " + std::to_string(text.size()) + " bytes, header says " + std::to_string(length));
-  out.fingerprint = std::string{text};
+iterator_state iterator::save() {
+  auto at = stream_->snapshot();
+  for (auto& e : at.read_ahead) pending_.push_back(std::move(e));
+  iterator_state out{state_->base_seed, consumed_, fingerprint_, std::nullopt, {}, {}};
+  if (at.chain.unsupported.empty()) {
+    out.stages = std::move(at.chain);
+    out.pending.assign(pending_.begin(), pending_.end());
+  } else {
+    out.replay_reason = std::move(at.chain.unsupported);
+  }
   return out;
 }
 

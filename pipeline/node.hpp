@@ -75,11 +75,24 @@ struct node {
   virtual std::shared_ptr<const node> batched(std::size_t /*size*/, bool /*drop_remainder*/) const { return nullptr; }
 };
 
-/// A source node: its stage runs the generators of inline_source().
+/// A savable source as a plain generator (nested runs save no positions).
+inline generator_factory as_generator(source_factory make) {
+  if (!make) return nullptr;
+  return [make] {
+    std::shared_ptr<element_source> src = make();
+    return generator_fn{[src]() -> expected<std::optional<element>> { return src->next(); }};
+  };
+}
+
+/// A source node: its stage runs the source of savable_source() (whose position is saved with
+/// the iterator), or the generators of inline_source().
 struct source_node : node {
   pipeline build(const build_context& ctx) const override {
+    if (auto make = savable_source(ctx)) return pipeline::from_savable_source(stage_name(), make, source_stage_options());
     return pipeline::from_source(stage_name(), inline_source(ctx), source_stage_options());
   }
+  generator_factory inline_source(const build_context& ctx) const override { return as_generator(savable_source(ctx)); }
+  virtual source_factory savable_source(const build_context&) const { return nullptr; }
   virtual std::string stage_name() const = 0;
   virtual stage_options source_stage_options() const { return {.slots = element_slots, .detached = false}; }
 };

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "pipeline/node.hpp"
+#include "pipeline/state_codec.hpp"
 #include "serialization/tfrecord.hpp"
 
 namespace af::data {
@@ -22,21 +23,47 @@ record_compression codec_for(const std::string& path, compression codec) {
   return compression_from_path(path);
 }
 
-// Reads files one after another; every element carries its file, record index and offset.
-class tfrecord_generator {
+// Reads files one after another; every element carries its file, record index and offset. Its
+// saved position is the file and the (index, offset) of its next record: a resume seeks there.
+class tfrecord_source final : public element_source {
  public:
-  tfrecord_generator(std::vector<std::string> files, tfrecord_options options, bool skip_errors,
-                     std::shared_ptr<iteration_state> state)
+  tfrecord_source(std::vector<std::string> files, tfrecord_options options, bool skip_errors,
+                  std::shared_ptr<iteration_state> state)
       : files_(std::move(files)), options_(options), skip_errors_(skip_errors), state_(std::move(state)) {}
 
-  expected<std::optional<element>> operator()() {
+  void save(stage_state& saved) const override {
+    state_writer out{saved.data};
+    out.u64(next_file_);
+    out.u64(reader_ ? 1 : 0);
+    const tfrecord_position at = reader_ ? reader_->position() : tfrecord_position{};
+    out.u64(at.index);
+    out.u64(at.offset);
+  }
+  expected<void> restore(const stage_state& saved) override {
+    state_reader in{saved.data, "tfrecord"};
+    AF_TRY_ASSIGN(uint64_t next_file, in.u64("next file"));
+    AF_TRY_ASSIGN(uint64_t reading, in.u64("reading"));
+    AF_TRY_ASSIGN(resume_at_.index, in.u64("record index"));
+    AF_TRY_ASSIGN(resume_at_.offset, in.u64("record offset"));
+    AF_TRY(in.done());
+    if (next_file > files_.size() || (reading && next_file == 0))
+      return make_error(errc::malformed_input, "iterator state of tfrecord: file " + std::to_string(next_file) + " of " +
+                                                   std::to_string(files_.size()));
+    // Reading a file: reopen it at the saved record when next() asks for one.
+    next_file_ = static_cast<std::size_t>(reading ? next_file - 1 : next_file);
+    resuming_ = reading != 0;
+    return {};
+  }
+
+  expected<std::optional<element>> next() override {
     for (;;) {
       if (!reader_) {
         if (next_file_ >= files_.size()) return std::optional<element>{};
         const std::string& path = files_[next_file_++];
         file_ = intern_origin_file(path);
-        auto opened = tfrecord_reader::open(
-            path, {.compression = codec_for(path, options_.codec), .verify_crc = options_.verify_crc});
+        const tfrecord_reader::options opts{.compression = codec_for(path, options_.codec), .verify_crc = options_.verify_crc};
+        auto opened = resuming_ ? tfrecord_reader::open_at(path, resume_at_, opts) : tfrecord_reader::open(path, opts);
+        resuming_ = false;
         if (!opened) {
           if (!skip_errors_) return opened.error_value();
           state_->skip(opened.error_value());
@@ -72,6 +99,8 @@ class tfrecord_generator {
   std::size_t next_file_ = 0;
   const std::string* file_ = nullptr;
   std::optional<tfrecord_reader> reader_;
+  bool resuming_ = false;  // the next file opened continues at resume_at_
+  tfrecord_position resume_at_;
 };
 
 struct tfrecord_node final : source_node {
@@ -85,10 +114,9 @@ struct tfrecord_node final : source_node {
   std::string stage_name() const override { return "tfrecord"; }
   // As a stage of its own, file reads block: its own thread keeps them off the scheduler.
   stage_options source_stage_options() const override { return {.slots = element_slots, .detached = true}; }
-  generator_factory inline_source(const build_context& ctx) const override {
+  source_factory savable_source(const build_context& ctx) const override {
     return [files = files, options = options, skip = ctx.skip_errors, state = ctx.state] {
-      auto gen = std::make_shared<tfrecord_generator>(files, options, skip, state);  // move-only reader
-      return generator_fn{[gen] { return (*gen)(); }};
+      return std::make_unique<tfrecord_source>(files, options, skip, state);
     };
   }
 };

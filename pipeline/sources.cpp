@@ -7,10 +7,32 @@
 
 #include "actors/runtime.hpp"
 #include "pipeline/node.hpp"
+#include "pipeline/state_codec.hpp"
 
 namespace af::data {
 
 namespace {
+
+class range_source final : public element_source {
+ public:
+  range_source(int64_t start, int64_t stop, int64_t step) : next_(start), stop_(stop), step_(step) {}
+  expected<std::optional<element>> next() override {
+    if (step_ == 0) return make_error(errc::invalid_argument, "range: step must not be 0");
+    if ((step_ > 0 && next_ >= stop_) || (step_ < 0 && next_ <= stop_)) return std::optional<element>{};
+    element e{{"value", tensor::scalar<int64_t>(next_)}};
+    next_ += step_;
+    return std::optional<element>{std::move(e)};
+  }
+  void save(stage_state& state) const override { state_writer{state.data}.i64(next_); }
+  expected<void> restore(const stage_state& state) override {
+    state_reader in{state.data, "range"};
+    AF_TRY_ASSIGN(next_, in.i64("next value"));
+    return in.done();
+  }
+
+ private:
+  int64_t next_, stop_, step_;
+};
 
 struct range_node final : source_node {
   int64_t start, stop, step;
@@ -19,18 +41,48 @@ struct range_node final : source_node {
     return "range(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) + ")";
   }
   std::string stage_name() const override { return "range"; }
-  generator_factory inline_source(const build_context&) const override {
-    const int64_t a = start, b = stop, s = step;
-    return [a, b, s] {
-      return generator_fn{[next = a, b, s]() mutable -> expected<std::optional<element>> {
-        if (s == 0) return make_error(errc::invalid_argument, "range: step must not be 0");
-        if ((s > 0 && next >= b) || (s < 0 && next <= b)) return std::optional<element>{};
-        element e{{"value", tensor::scalar<int64_t>(next)}};
-        next += s;
-        return std::optional<element>{std::move(e)};
-      }};
-    };
+  source_factory savable_source(const build_context&) const override {
+    return [a = start, b = stop, s = step] { return std::make_unique<range_source>(a, b, s); };
   }
+};
+
+class slices_source final : public element_source {
+ public:
+  slices_source(element columns, int64_t per, bool drop) : cols_(std::move(columns)), per_(per), drop_(drop) {}
+  expected<std::optional<element>> next() override {
+    auto rows = leading_size(cols_);
+    if (!rows) return with_context(rows.error_value(), "from_tensor_slices");
+    if (row_ >= *rows) return std::optional<element>{};
+    if (per_ == 0) {
+      auto e = slice_row(cols_, row_++);
+      if (!e) return e.error_value();
+      return std::optional<element>{std::move(*e)};
+    }
+    const int64_t end = std::min(row_ + per_, *rows);
+    if (drop_ && end - row_ < per_) return std::optional<element>{};
+    element e;
+    e.origin = cols_.origin;
+    for (const auto& f : cols_.fields) {
+      auto rows_view = f.value.slice(0, row_, end);
+      if (!rows_view) return rows_view.error_value();
+      e.fields.push_back({f.name, std::move(*rows_view)});
+    }
+    row_ = end;
+    return std::optional<element>{std::move(e)};
+  }
+  void save(stage_state& state) const override { state_writer{state.data}.i64(row_); }
+  expected<void> restore(const stage_state& state) override {
+    state_reader in{state.data, "from_tensor_slices"};
+    AF_TRY_ASSIGN(row_, in.i64("next row"));
+    if (row_ < 0) return make_error(errc::malformed_input, "iterator state of from_tensor_slices: negative row " + std::to_string(row_));
+    return in.done();
+  }
+
+ private:
+  element cols_;
+  int64_t per_;
+  bool drop_;
+  int64_t row_ = 0;
 };
 
 /// Rows of in-memory columns: one row per element, or (after a fused batch) `batch` consecutive
@@ -52,30 +104,8 @@ struct slices_node final : source_node {
     if (batch > 0 || size == 0) return nullptr;
     return std::make_shared<slices_node>(columns, static_cast<int64_t>(size), drop);
   }
-  generator_factory inline_source(const build_context&) const override {
-    return [cols = columns, per = batch, drop = drop_remainder] {
-      return generator_fn{[cols, per, drop, row = int64_t{0}]() mutable -> expected<std::optional<element>> {
-        auto rows = leading_size(cols);
-        if (!rows) return with_context(rows.error_value(), "from_tensor_slices");
-        if (row >= *rows) return std::optional<element>{};
-        if (per == 0) {
-          auto e = slice_row(cols, row++);
-          if (!e) return e.error_value();
-          return std::optional<element>{std::move(*e)};
-        }
-        const int64_t end = std::min(row + per, *rows);
-        if (drop && end - row < per) return std::optional<element>{};
-        element e;
-        e.origin = cols.origin;
-        for (const auto& f : cols.fields) {
-          auto rows_view = f.value.slice(0, row, end);
-          if (!rows_view) return rows_view.error_value();
-          e.fields.push_back({f.name, std::move(*rows_view)});
-        }
-        row = end;
-        return std::optional<element>{std::move(e)};
-      }};
-    };
+  source_factory savable_source(const build_context&) const override {
+    return [cols = columns, per = batch, drop = drop_remainder] { return std::make_unique<slices_source>(cols, per, drop); };
   }
 };
 
@@ -90,35 +120,67 @@ struct generator_node final : node {
   }
 };
 
+// The names matching a glob, listed at the first element; a saved position keeps the list, so a
+// resume continues over the same files even when the directory changed meanwhile.
+class listed_files_source final : public element_source {
+ public:
+  listed_files_source(std::string pattern, std::optional<uint64_t> order_seed)
+      : pattern_(std::move(pattern)), order_seed_(order_seed) {}
+  expected<std::optional<element>> next() override {
+    if (!listed_) {
+      listed_ = true;
+      glob_t found{};
+      const int rc = ::glob(pattern_.c_str(), 0, nullptr, &found);
+      for (std::size_t k = 0; rc == 0 && k < found.gl_pathc; ++k) files_.emplace_back(found.gl_pathv[k]);
+      ::globfree(&found);
+      if (files_.empty()) return make_error(errc::io_error, "list_files: no file matches '" + pattern_ + "'");
+      std::sort(files_.begin(), files_.end());
+      if (order_seed_) std::shuffle(files_.begin(), files_.end(), std::mt19937_64{*order_seed_});
+    }
+    if (next_ >= files_.size()) return std::optional<element>{};
+    return std::optional<element>{element{{"filename", bytes_tensor(files_[next_++])}}};
+  }
+  void save(stage_state& state) const override {
+    state_writer out{state.data};
+    out.u64(listed_ ? 1 : 0);
+    out.u64(next_);
+    out.u64(files_.size());
+    for (const auto& f : files_) out.bytes(f);
+  }
+  expected<void> restore(const stage_state& state) override {
+    state_reader in{state.data, "list_files('" + pattern_ + "')"};
+    AF_TRY_ASSIGN(uint64_t listed, in.u64("listed"));
+    AF_TRY_ASSIGN(uint64_t next, in.u64("next file"));
+    AF_TRY_ASSIGN(uint64_t count, in.u64("file count"));
+    files_.clear();
+    for (uint64_t i = 0; i < count; ++i) {
+      AF_TRY_ASSIGN(std::string f, in.bytes("file name"));
+      files_.push_back(std::move(f));
+    }
+    if (next > files_.size())
+      return make_error(errc::malformed_input, "iterator state of list_files: file " + std::to_string(next) + " of " + std::to_string(files_.size()));
+    listed_ = listed != 0;
+    next_ = static_cast<std::size_t>(next);
+    return in.done();
+  }
+
+ private:
+  std::string pattern_;
+  std::optional<uint64_t> order_seed_;
+  bool listed_ = false;
+  std::vector<std::string> files_;
+  std::size_t next_ = 0;
+};
+
 struct list_files_node final : source_node {
   std::string pattern;
   std::optional<uint64_t> seed;
   list_files_node(std::string p, std::optional<uint64_t> s) : pattern(std::move(p)), seed(s) {}
   std::string label() const override { return "list_files('" + pattern + "')"; }
   std::string stage_name() const override { return "list_files"; }
-  generator_factory inline_source(const build_context& ctx) const override {
-    const std::string pat = pattern;
+  source_factory savable_source(const build_context& ctx) const override {
     const auto order_seed = seed ? std::optional<uint64_t>{mix_seed(*seed, ctx.epoch)} : std::nullopt;
-    return [pat, order_seed] {
-      auto files = std::make_shared<std::vector<std::string>>();
-      auto listed = std::make_shared<bool>(false);
-      return generator_fn{[pat, order_seed, files, listed, i = std::size_t{0}]() mutable
-                          -> expected<std::optional<element>> {
-        if (!*listed) {
-          *listed = true;
-          glob_t found{};
-          const int rc = ::glob(pat.c_str(), 0, nullptr, &found);
-          for (std::size_t k = 0; rc == 0 && k < found.gl_pathc; ++k) files->emplace_back(found.gl_pathv[k]);
-          ::globfree(&found);
-          if (files->empty())
-            return make_error(errc::io_error, "list_files: no file matches '" + pat + "'");
-          std::sort(files->begin(), files->end());
-          if (order_seed) std::shuffle(files->begin(), files->end(), std::mt19937_64{*order_seed});
-        }
-        if (i >= files->size()) return std::optional<element>{};
-        return std::optional<element>{element{{"filename", bytes_tensor((*files)[i++])}}};
-      }};
-    };
+    return [pat = pattern, order_seed] { return std::make_unique<listed_files_source>(pat, order_seed); };
   }
 };
 

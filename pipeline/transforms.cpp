@@ -3,29 +3,15 @@
 
 #include <algorithm>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "pipeline/node.hpp"
+#include "pipeline/state_codec.hpp"
 
 namespace af::data {
 
 namespace {
-
-// A stage operator built from a lambda over (input, outputs).
-template <class F>
-class lambda_operator final : public stage_operator {
- public:
-  explicit lambda_operator(F fn) : fn_(std::move(fn)) {}
-  expected<void> push(element input, std::vector<element>& out) override { return fn_(std::move(input), out); }
-
- private:
-  F fn_;
-};
-
-template <class F>
-operator_factory stateless(F fn) {
-  return [fn] { return std::make_unique<lambda_operator<F>>(fn); };
-}
 
 // -- map and filter -----------------------------------------------------------------------------
 
@@ -181,6 +167,28 @@ class shuffle_operator final : public stage_operator {
     return {};
   }
   std::size_t held() const noexcept override { return buffer_.size(); }
+  // The buffer's contents in their slots and the generator's state: the picks after a resume are
+  // the picks the saved iterator would have made.
+  bool save(stage_state& state) const override {
+    std::ostringstream rng;
+    rng << rng_;
+    state_writer{state.data}.bytes(rng.str());
+    state.held.assign(buffer_.begin(), buffer_.end());
+    return true;
+  }
+  expected<void> restore(const stage_state& state) override {
+    state_reader in{state.data, "stage 'shuffle'"};
+    AF_TRY_ASSIGN(std::string rng, in.bytes("random generator"));
+    AF_TRY(in.done());
+    std::istringstream text{rng};
+    text >> rng_;
+    if (text.fail()) return make_error(errc::malformed_input, "iterator state of stage 'shuffle': the random generator's state does not parse");
+    if (state.held.size() > capacity_)
+      return make_error(errc::malformed_input, "iterator state of stage 'shuffle': " + std::to_string(state.held.size()) +
+                                                   " elements saved for a buffer of " + std::to_string(capacity_));
+    buffer_.assign(state.held.begin(), state.held.end());
+    return {};
+  }
 
  private:
   std::size_t pick_index() { return std::uniform_int_distribution<std::size_t>{0, buffer_.size() - 1}(rng_); }
@@ -229,6 +237,17 @@ class batch_operator final : public stage_operator {
     return emit(out);
   }
   std::size_t held() const noexcept override { return pending_.size(); }
+  bool save(stage_state& state) const override {
+    state.held.assign(pending_.begin(), pending_.end());
+    return true;
+  }
+  expected<void> restore(const stage_state& state) override {
+    if (!state.data.empty() || state.held.size() >= size_)
+      return make_error(errc::malformed_input, "iterator state of stage 'batch': " + std::to_string(state.held.size()) +
+                                                   " pending elements for batches of " + std::to_string(size_));
+    pending_.assign(state.held.begin(), state.held.end());
+    return {};
+  }
 
  private:
   expected<void> emit(std::vector<element>& out) {
@@ -313,6 +332,18 @@ class counting_operator final : public stage_operator {
     return {};
   }
   bool satisfied() const noexcept override { return take_ >= 0 && kept_ >= take_; }
+  bool save(stage_state& state) const override {
+    state_writer out{state.data};
+    out.i64(seen_);
+    out.i64(kept_);
+    return true;
+  }
+  expected<void> restore(const stage_state& state) override {
+    state_reader in{state.data, "stage '" + state.stage + "'"};
+    AF_TRY_ASSIGN(seen_, in.i64("elements seen"));
+    AF_TRY_ASSIGN(kept_, in.i64("elements kept"));
+    return in.done();
+  }
 
  private:
   int64_t take_, skip_, shards_, index_;
@@ -334,6 +365,29 @@ struct counting_node final : unary_node {
   }
 };
 
+class enumerate_operator final : public stage_operator {
+ public:
+  enumerate_operator(int64_t start, std::string field) : next_(start), field_(std::move(field)) {}
+  expected<void> push(element input, std::vector<element>& out) override {
+    input.set(field_, tensor::scalar<int64_t>(next_++));
+    out.push_back(std::move(input));
+    return {};
+  }
+  bool save(stage_state& state) const override {
+    state_writer{state.data}.i64(next_);
+    return true;
+  }
+  expected<void> restore(const stage_state& state) override {
+    state_reader in{state.data, "stage 'enumerate'"};
+    AF_TRY_ASSIGN(next_, in.i64("next index"));
+    return in.done();
+  }
+
+ private:
+  int64_t next_;
+  std::string field_;
+};
+
 struct enumerate_node final : unary_node {
   int64_t start;
   std::string field;
@@ -341,14 +395,8 @@ struct enumerate_node final : unary_node {
       : unary_node(std::move(in)), start(s), field(std::move(f)) {}
   std::string label() const override { return "enumerate"; }
   pipeline extend(pipeline up, const build_context&) const override {
-    return up.apply("enumerate", [s = start, f = field] {
-      auto fn = [next = s, f](element e, std::vector<element>& out) mutable -> expected<void> {
-        e.set(f, tensor::scalar<int64_t>(next++));
-        out.push_back(std::move(e));
-        return {};
-      };
-      return std::make_unique<lambda_operator<decltype(fn)>>(std::move(fn));
-    }, {.slots = element_slots});
+    return up.apply("enumerate", [s = start, f = field] { return std::make_unique<enumerate_operator>(s, f); },
+                    {.slots = element_slots});
   }
 };
 
