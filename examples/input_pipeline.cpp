@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%s", prof.report().to_string().c_str());
 
+  if (saved.stages)
+    std::printf("resume restores the stages' saved state\n");
+  else
+    std::printf("resume replays the input: %s\n", saved.replay_reason.c_str());
   auto resumed = ds.resume(rt, saved);
   int remaining = 0;
   for (auto& batch : *resumed) remaining += batch.find("label") ? 1 : 0;
