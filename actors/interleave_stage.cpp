@@ -11,58 +11,68 @@
 // position (the cursor moves on); an empty position is filled from the children opened ahead, else
 // by opening the next one. A child's failure surfaces when the cursor reaches it with nothing
 // before it, exactly where a sequential interleave would have met it.
+//
+// Snapshots (interleave_snapshot.cpp) pause the routing while the children's marks come in.
 
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
 #include <algorithm>
 #include <optional>
 
-#include "actors/resume_ordered.hpp"
-#include "actors/stage_actor.hpp"
+#include "actors/interleave_stage.hpp"
 
 namespace af::detail {
 
+expected<child_stream> spawn_child(interleave_actor* self, child_source source, const chain_snapshot* resume) {
+  auto& st = self->state;
+  child_stream child;
+  child.key = std::move(source.key);
+  const std::string name = st.out->name + "/child " + std::to_string(st.children_opened++);
+  std::optional<pipeline> chain;
+  if (source.stages) chain = *source.stages;
+  else if (source.source)
+    chain = pipeline::from_savable_source(name, std::move(source.source),
+                                          {.slots = st.options.child_slots, .detached = source.blocking});
+  if (chain) {
+    child.unsavable = chain->snapshot_support();
+    if (resume) {
+      AF_TRY_ASSIGN(*chain, chain->resumed(*resume));
+    }
+    child.producer = spawn_chain(self->system(), *chain, st.out->metrics().inner);
+  } else {
+    if (resume) return make_error(errc::invalid_argument, "stage '" + st.out->name + "': a generator child cannot be restored");
+    child.unsavable = "a child of stage '" + st.out->name + "' is a generator without a position";
+    stage_spec spec;
+    spec.what = stage_spec::kind::generator;
+    spec.name = name;
+    spec.options = {.slots = st.options.child_slots, .detached = source.blocking};
+    spec.make_gen = [gen = std::move(source.gen)] { return gen; };
+    spec.adds_to_shared_metrics = true;
+    child.producer = spawn_source(self->system(), spec, st.out->metrics().inner);
+  }
+  if (!child.key && child.unsavable.empty())
+    child.unsavable = "a child of stage '" + st.out->name + "' has nothing to make it again from";
+  child.in = flow::inbound{child.producer};
+  child.in.attach(self);
+  child.in.grant_up_to(self, st.options.child_slots);
+  return child;
+}
+
 namespace {
-
-struct child_stream {
-  caf::actor producer;  // null: this cycle position holds no child
-  flow::inbound in;
-  std::deque<element> ready;
-  uint64_t received = 0;
-  bool ended = false;
-  caf::error failure;
-};
-
-struct interleave_state {
-  child_opener open;
-  // An interleave over a pipeline's elements: the outer chain (read like a child) and the maker.
-  child_stream outer;
-  child_maker make_child;
-  interleave_options options;
-  std::unique_ptr<stage_output> out;
-  std::vector<child_stream> cycle;
-  std::deque<child_stream> ahead;
-  bool outer_done = false;
-  std::size_t cursor = 0;
-  std::size_t in_block = 0;
-  uint64_t children_opened = 0;
-  bool step_pending = false;
-};
-
-using interleave_actor = detail::resume_ordered<caf::stateful_actor<interleave_state>>;
 
 // The next child's source: from the opener, or made of the outer chain's next element (which
 // check_outer made sure is there, or that the chain ended); nullopt once there are no more.
 expected<std::optional<child_source>> next_source(interleave_state& st) {
-  if (!st.outer.producer) return guarded("interleave input", [&] { return st.open(); });
+  if (!st.outer.producer) return guarded("interleave input", [&] { return st.inputs.open(); });
   if (st.outer.ready.empty()) return std::optional<child_source>{};
   element e = std::move(st.outer.ready.front());
   st.outer.ready.pop_front();
+  element key = e;  // tensors are shared: the key costs no copy of the data
   auto made = guarded("interleave function", [&] { return st.make_child(std::move(e)); });
   if (!made) return made.error_value();
+  made->key = std::move(key);
   return std::optional<child_source>{std::move(*made)};
 }
 
@@ -77,22 +87,7 @@ expected<std::optional<child_stream>> open_child(interleave_actor* self) {
     st.outer_done = true;
     return std::optional<child_stream>{};
   }
-  child_stream child;
-  if ((*opened)->stages) {
-    child.producer = spawn_chain(self->system(), *(*opened)->stages, st.out->metrics().inner);
-    ++st.children_opened;
-  } else {
-    stage_spec spec;
-    spec.what = stage_spec::kind::generator;
-    spec.name = st.out->name + "/child " + std::to_string(st.children_opened++);
-    spec.options = {.slots = st.options.child_slots, .detached = (*opened)->blocking};
-    spec.make_gen = [gen = std::move((*opened)->gen)] { return gen; };
-    spec.adds_to_shared_metrics = true;
-    child.producer = spawn_source(self->system(), spec, st.out->metrics().inner);
-  }
-  child.in = flow::inbound{child.producer};
-  child.in.attach(self);
-  child.in.grant_up_to(self, st.options.child_slots);
+  AF_TRY_ASSIGN(auto child, spawn_child(self, std::move(**opened), nullptr));
   return std::optional<child_stream>{std::move(child)};
 }
 
@@ -189,6 +184,7 @@ bool merge_combined(interleave_actor* self) {
 // the cursor has nothing ready yet. Returns true when it waits for a child.
 bool merge(interleave_actor* self) {
   auto& st = self->state;
+  if (st.cut) return true;  // paused until every child's mark is in
   if (st.options.combine) return merge_combined(self);
   auto& out = *st.out;
   while (!out.has_terminal() && out.free_slots() > 0) {
@@ -258,16 +254,21 @@ void run(interleave_actor* self) {
     return;
   }
   std::size_t held = out.buffer.size();
+  // A child whose mark is awaited keeps credit whatever it has ready: its mark waits behind the
+  // elements it holds, which are finite (its slots), and the output takes none meanwhile.
   auto top_up = [&](child_stream& c) {
     held += c.ready.size();
-    if (c.producer && !c.ended && c.ready.size() < st.options.child_slots)
+    if (c.producer && !c.ended && c.awaiting_mark) c.in.grant_up_to(self, st.options.child_slots);
+    else if (c.producer && !c.ended && c.ready.size() < st.options.child_slots)
       c.in.grant_up_to(self, st.options.child_slots - c.ready.size(), flow::demand_step(st.options.child_slots));
   };
   for (auto& c : st.cycle) top_up(c);
   for (auto& c : st.ahead) top_up(c);
   // The outer chain: as many elements as the cycle and the children opened ahead may need.
   const std::size_t outer_wanted = st.options.cycle_length + st.options.open_ahead;
-  if (st.outer.producer && !st.outer.ended && st.outer.ready.size() < outer_wanted)
+  if (st.outer.producer && !st.outer.ended && st.outer.awaiting_mark)
+    st.outer.in.grant_up_to(self, outer_wanted);
+  else if (st.outer.producer && !st.outer.ended && st.outer.ready.size() < outer_wanted)
     st.outer.in.grant_up_to(self, outer_wanted - st.outer.ready.size());
   held += st.outer.ready.size();
   out.rest(waiting, held);
@@ -295,7 +296,34 @@ void on_child_done(interleave_actor* self, caf::error err) {
   c->in.close();
   c->ended = true;
   c->failure = std::move(err);
+  if (c->awaiting_mark) on_child_ended_in_cut(self, *c);
   run(self);
+}
+
+void on_child_mark_message(interleave_actor* self, flow::snapshot_ptr& mark) {
+  auto& st = self->state;
+  child_stream* c = find_child(st, self->current_sender() ? self->current_sender()->address() : caf::actor_addr{});
+  if (!c || !c->awaiting_mark) return;  // a child we cancelled, or a request we gave up on
+  on_child_mark(self, *c, std::move(mark));
+  run(self);
+}
+
+// The inputs of this launch; a factory that throws or makes no opener fails the stream.
+child_inputs make_inputs(const stage_spec& spec) {
+  std::string why;
+  try {
+    if (spec.make_inputs) {
+      auto inputs = spec.make_inputs();
+      if (inputs.open) return inputs;
+    }
+    why = "made nothing";
+  } catch (const std::exception& ex) {
+    why = std::string{"threw: "} + ex.what();
+  } catch (...) {
+    why = "threw a non-standard exception";
+  }
+  const error err = make_error(errc::invalid_argument, "interleave input factory " + why);
+  return child_inputs{.open = [err]() -> expected<std::optional<child_source>> { return err; }};
 }
 
 caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::shared_ptr<stage_metrics> metrics) {
@@ -308,19 +336,19 @@ caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::sha
   st.out = std::make_unique<stage_output>(spec.name, spec.options.slots, std::move(metrics));
   if (spec.restore_ended) {
     st.out->set_terminal(caf::error{});  // it had ended before the snapshot this launch resumes
-    st.open = []() -> expected<std::optional<child_source>> { return std::optional<child_source>{}; };
+    st.inputs.open = []() -> expected<std::optional<child_source>> { return std::optional<child_source>{}; };
   } else if (spec.outer) {
     st.make_child = spec.make_child;
-    st.outer.producer = spawn_chain(self->system(), *spec.outer, std::make_shared<stage_metrics>(spec.name + "/input"));
-    st.outer.in = flow::inbound{st.outer.producer};
-    st.outer.in.attach(self);
-  } else {
-    std::string why;
-    st.open = make_or_explain(spec.make_opener, why);
-    if (!st.open) {
-      const error err = make_error(errc::invalid_argument, "interleave input factory " + why);
-      st.open = [err]() -> expected<std::optional<child_source>> { return err; };
+    if (!spec.restore) {
+      st.outer.producer = spawn_chain(self->system(), *spec.outer, std::make_shared<stage_metrics>(spec.name + "/input"));
+      st.outer.in = flow::inbound{st.outer.producer};
+      st.outer.in.attach(self);
     }
+  } else {
+    st.inputs = make_inputs(spec);
+  }
+  if (spec.restore && !spec.restore_ended) {
+    if (auto restored = restore_interleave(self, spec); !restored) st.out->set_terminal(st.out->stage_error(restored.error_value()));
   }
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& s = self->state;
@@ -334,6 +362,7 @@ caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::sha
     c->ended = true;
     c->failure = make_caf_error(errc::peer_down, "stage '" + s.out->name + "': a child stream terminated without end (" +
                                                      to_string(msg.reason) + ")");
+    if (c->awaiting_mark) on_child_ended_in_cut(self, *c);
     run(self);
   });
   schedule_step(self);
@@ -342,10 +371,9 @@ caf::behavior interleave_stage(interleave_actor* self, stage_spec spec, std::sha
       [self](flow::end_atom) { on_child_done(self, caf::error{}); },
       [self](flow::fail_atom, caf::error& err) { on_child_done(self, std::move(err)); },
       [self](flow::cancel_atom) { finish(self); },
+      [self](flow::mark_atom, flow::snapshot_ptr& mark) { on_child_mark_message(self, mark); },
       [self](flow::snapshot_atom) {
-        auto mark = std::make_shared<chain_snapshot>();
-        mark->unsupported = "stage '" + self->state.out->name + "' (an interleave, zip or repeat) cannot save its children's positions";
-        self->state.out->add_mark(std::move(mark));
+        begin_cut(self);
         run(self);
       },
   }.or_else(producer_handlers(self, [](interleave_actor* a) { run(a); }));

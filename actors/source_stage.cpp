@@ -70,7 +70,7 @@ generator_fn call_make(const stage_spec& spec) {
 void start_mark(source_actor* self) {
   auto& st = self->state;
   auto mark = std::make_shared<chain_snapshot>();
-  stage_state saved{st.out->name, {}, {}};
+  stage_state saved{st.out->name, {}, {}, {}};
   if (!st.savable && !st.gen) {
     mark->upstream_ended = true;  // restored as ended: nothing to save
   } else if (st.savable) {

@@ -56,12 +56,19 @@ pipeline pipeline::from_savable_source(std::string name, source_factory make, st
 
 pipeline pipeline::interleave(std::string name, child_opener_factory open, interleave_options interleave,
                               stage_options options) {
+  child_inputs_factory inputs;
+  if (open) inputs = [open = std::move(open)] { return child_inputs{.open = open()}; };
+  return pipeline::interleave(std::move(name), std::move(inputs), std::move(interleave), options);
+}
+
+pipeline pipeline::interleave(std::string name, child_inputs_factory inputs, interleave_options interleave,
+                              stage_options options) {
   auto spec = std::make_shared<stage_spec>();
   spec->what = stage_spec::kind::interleave;
   spec->name = std::move(name);
   spec->options = options;
-  spec->make_opener = std::move(open);
-  spec->interleave = interleave;
+  spec->make_inputs = std::move(inputs);
+  spec->interleave = std::move(interleave);
   pipeline p;
   p.stages_.push_back(std::move(spec));
   return p;
@@ -146,8 +153,11 @@ pipeline pipeline::parallel_map(std::string name, transform_fn fn, parallel_opti
 std::string pipeline::snapshot_support() const {
   for (const auto& s : stages_) {
     if (s->what == stage_spec::kind::actor) return "stage '" + s->name + "' is an actor outside the pipeline";
-    if (s->what == stage_spec::kind::interleave)
-      return "stage '" + s->name + "' (an interleave, zip or repeat) cannot save its children's positions";
+    // An interleave's own inputs and children are checked when the snapshot is taken.
+    if (s->what == stage_spec::kind::interleave && s->outer) {
+      auto outer = s->outer->snapshot_support();
+      if (!outer.empty()) return "the input of stage '" + s->name + "': " + outer;
+    }
     if (s->what == stage_spec::kind::generator && !s->make_source)
       return "source '" + s->name + "' cannot save its position (a generator)";
   }

@@ -46,11 +46,16 @@ using transform_fn = std::function<expected<std::vector<element>>(element)>;
 /// with another launch of the same description.
 using generator_factory = std::function<generator_fn()>;
 
+struct chain_snapshot;
+
 /// What one stage holds at a snapshot of its pipeline: enough to continue exactly where it stood.
 struct stage_state {
   std::string stage;          ///< the stage's name (checked on restore)
   std::string data;           ///< the stage's own bytes: positions, counters, RNG state
   std::vector<element> held;  ///< elements it holds: a shuffle buffer, a partial batch
+  /// The chains running inside the stage, cut at the same point (an interleave's input and its
+  /// open children), in the stage's own order.
+  std::vector<chain_snapshot> nested;
 };
 
 /// A consistent cut through a chain of stages. A mark travels downstream behind the elements sent
@@ -116,12 +121,29 @@ struct child_source {
   generator_fn gen;
   bool blocking = false;
   std::shared_ptr<const pipeline> stages;  // when set, `gen` is unused
+  source_factory source;                   // when set (and no stages), `gen` is unused
+  /// What makes this child again when its interleave is restored (the input element it was made
+  /// of, its pass number): without one, or with only `gen`, a snapshot of the interleave cannot
+  /// hold the child's position and the resume replays instead.
+  std::optional<element> key;
 };
 /// Opens the next child stream of an interleave: nullopt once there are no more, an error fails the
 /// stream. Called on the interleave stage's thread: it must not block for long.
 using child_opener = std::function<expected<std::optional<child_source>>()>;
 /// Makes a fresh opener for each launch.
 using child_opener_factory = std::function<child_opener()>;
+/// An opener whose position can be saved, and which re-makes a child from its key, so that an
+/// interleave's snapshot covers its input and every open child.
+struct child_inputs {
+  child_opener open;
+  /// Writes the opener's position (where its next child comes from).
+  std::function<void(stage_state&)> save;
+  std::function<expected<void>(const stage_state&)> restore;
+  /// The child that `key` (a child_source::key this opener gave) made, from its start.
+  std::function<expected<child_source>(const element& key)> reopen;
+};
+/// Makes fresh inputs for each launch.
+using child_inputs_factory = std::function<child_inputs()>;
 /// The child stream for one element of an interleave's outer input (an error fails the stream).
 /// Called on the interleave stage's thread: it must not block for long.
 using child_maker = std::function<expected<child_source>(element)>;
@@ -193,6 +215,11 @@ class pipeline {
   /// Every child runs as a source stage of its own, so children prepare elements concurrently (on
   /// the scheduler, or on their own thread when blocking) while the output order stays fixed.
   static pipeline interleave(std::string name, child_opener_factory open, interleave_options interleave,
+                             stage_options options = {});
+  /// The same over inputs whose position is saved with the stage's snapshots: a snapshot then
+  /// holds the inputs' position, the cycle's cursor and, per open child, its key, the elements it
+  /// had ready and its own chain's snapshot (children that are plain generators cannot be saved).
+  static pipeline interleave(std::string name, child_inputs_factory inputs, interleave_options interleave,
                              stage_options options = {});
   /// The same interleave with children made from the elements of `outer`, a pipeline the stage
   /// launches as a chain of stage actors and reads through the flow protocol: one child per outer

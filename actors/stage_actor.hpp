@@ -34,7 +34,7 @@ struct stage_spec {
   transform_fn fn;             // kind::parallel_map
   parallel_options parallel;   // kind::parallel_map
   caf::actor producer;         // kind::actor
-  child_opener_factory make_opener;  // kind::interleave over generated inputs, or:
+  child_inputs_factory make_inputs;  // kind::interleave over generated inputs, or:
   std::shared_ptr<const pipeline> outer;  // kind::interleave over a pipeline's elements,
   child_maker make_child;                 // each made into a child by this
   interleave_options interleave;     // kind::interleave
@@ -147,6 +147,8 @@ class stage_output {
   }
   std::size_t free_slots() const noexcept { return buffer.size() < slots_ ? slots_ - buffer.size() : 0; }
   bool has_terminal() const noexcept { return terminal_set_; }
+  /// The terminal set: none for a clean end.
+  const caf::error& terminal() const noexcept { return terminal_; }
   /// The first terminal wins: later ones (a cancel racing an error) are ignored.
   void set_terminal(caf::error err) {
     if (terminal_set_) return;
@@ -277,7 +279,7 @@ class inbound_marks {
 };
 
 /// Adds a stateless stage's (empty) state to a passing mark.
-inline void add_stateless(chain_snapshot& mark, const std::string& stage) { mark.stages.push_back({stage, {}, {}}); }
+inline void add_stateless(chain_snapshot& mark, const std::string& stage) { mark.stages.push_back({stage, {}, {}, {}}); }
 
 /// Calls a factory of user code. An exception or an empty result yields an empty value and says
 /// why in `why`, so the caller can put a stand-in that fails the stream in its place.

@@ -77,7 +77,7 @@ void pass_due_marks(transform_actor* self) {
   auto& st = self->state;
   while (st.marks.due()) {
     auto mark = st.marks.pop_due();
-    stage_state saved{st.out->name, {}, {}};
+    stage_state saved{st.out->name, {}, {}, {}};
     if (st.op->save(saved)) mark->stages.push_back(std::move(saved));
     else if (mark->unsupported.empty()) mark->unsupported = "stage '" + st.out->name + "' cannot save its state";
     st.out->add_mark(std::move(mark));

@@ -17,8 +17,11 @@ constexpr std::string_view magic_v2 = "actorflow-iterator-state 2\n";
 
 error bad(const std::string& what) { return make_error(errc::malformed_input, "iterator state: " + what); }
 
-expected<void> put_stages(state_writer& out, const iterator_state& s) {
-  const chain_snapshot& chain = *s.stages;
+// Chains nest inside stages (an interleave's input and children); a damaged state cannot make
+// the reader recurse without bound.
+constexpr int max_nesting = 32;
+
+expected<void> put_chain(state_writer& out, const chain_snapshot& chain) {
   out.u64(chain.upstream_ended ? 1 : 0);
   out.u64(chain.stages.size());
   for (const auto& stage : chain.stages) {
@@ -26,13 +29,21 @@ expected<void> put_stages(state_writer& out, const iterator_state& s) {
     out.bytes(stage.data);
     out.u64(stage.held.size());
     for (const auto& e : stage.held) AF_TRY(out.put(e));
+    out.u64(stage.nested.size());
+    for (const auto& inner : stage.nested) AF_TRY(put_chain(out, inner));
   }
+  return {};
+}
+
+expected<void> put_stages(state_writer& out, const iterator_state& s) {
+  AF_TRY(put_chain(out, *s.stages));
   out.u64(s.pending.size());
   for (const auto& e : s.pending) AF_TRY(out.put(e));
   return {};
 }
 
-expected<void> get_stages(state_reader& in, iterator_state& s) {
+expected<chain_snapshot> get_chain(state_reader& in, int depth) {
+  if (depth > max_nesting) return bad("chains nest deeper than " + std::to_string(max_nesting));
   chain_snapshot chain;
   AF_TRY_ASSIGN(uint64_t ended, in.u64("upstream ended"));
   AF_TRY_ASSIGN(uint64_t count, in.u64("stage count"));
@@ -46,9 +57,19 @@ expected<void> get_stages(state_reader& in, iterator_state& s) {
       AF_TRY_ASSIGN(element e, in.get_element("a held element"));
       stage.held.push_back(std::move(e));
     }
+    AF_TRY_ASSIGN(uint64_t nested, in.u64("nested chains"));
+    for (uint64_t k = 0; k < nested; ++k) {
+      AF_TRY_ASSIGN(auto inner, get_chain(in, depth + 1));
+      stage.nested.push_back(std::move(inner));
+    }
     chain.stages.push_back(std::move(stage));
   }
   if (chain.stages.size() != count) return bad("ends after " + std::to_string(chain.stages.size()) + " of " + std::to_string(count) + " stages");
+  return chain;
+}
+
+expected<void> get_stages(state_reader& in, iterator_state& s) {
+  AF_TRY_ASSIGN(auto chain, get_chain(in, 0));
   AF_TRY_ASSIGN(uint64_t pending, in.u64("pending elements"));
   for (uint64_t k = 0; k < pending; ++k) {
     AF_TRY_ASSIGN(element e, in.get_element("a pending element"));
@@ -91,7 +112,7 @@ expected<iterator_state> iterator_state::deserialize(std::string_view text) {
       return bad("expected a line '" + std::string{key} + " <number>'");
     const std::string digits{text.substr(prefix.size(), eol - prefix.size())};
     if (digits.empty() || digits.size() > 20 || digits.find_first_not_of("0123456789") != std::string::npos)
-      return bad("'" + std::string{key} + "' is not a number: '" + digits + "'");
+      return bad(std::string{"'"}.append(key).append("' is not a number: '").append(digits).append("'"));
     value = std::stoull(digits);
     text.remove_prefix(eol + 1);
     return {};

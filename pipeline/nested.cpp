@@ -1,13 +1,91 @@
 // Transformations that run other datasets: repeat (one run per epoch), interleave (one run per
 // input element, several at once) and the in-memory cache that serves later epochs. A nested run
-// is a child of an interleave stage (child_of): its generator in a source stage, or its stages as
-// a chain of actors inside the topology, never a blocking reader.
+// is a child of an interleave stage (child_of): its source in a source stage, or its stages as a
+// chain of actors inside the topology, never a blocking reader. Both save their positions with
+// the iterator where their inputs can (see actors/interleave_snapshot.cpp).
 
 #include "pipeline/node.hpp"
+#include "pipeline/state_codec.hpp"
 
 namespace af::data {
 
 namespace {
+
+// Passes of a savable input, one after the other on one source: the state is the pass number
+// and the position inside the pass (which the input's own source saves).
+class repeat_source final : public element_source {
+ public:
+  repeat_source(std::shared_ptr<const node> in, int64_t times, build_context ctx)
+      : in_(std::move(in)), times_(times), ctx_(std::move(ctx)) {}
+
+  expected<std::optional<element>> next() override {
+    while (!ended_) {
+      if (!pass_) {
+        if (times_ >= 0 && passes_ >= times_) break;
+        AF_TRY(open_pass(passes_++));
+        in_this_pass_ = 0;
+      }
+      auto next = pass_->next();
+      if (!next || next->has_value()) {
+        if (next) ++in_this_pass_;
+        return next;
+      }
+      pass_.reset();
+      // An empty pass would make repeat() spin forever: an empty input repeats to empty.
+      if (in_this_pass_ == 0) ended_ = true;
+    }
+    ended_ = true;
+    return std::optional<element>{};
+  }
+  void save(stage_state& state) const override {
+    state_writer out{state.data};
+    out.i64(passes_);
+    out.u64(in_this_pass_);
+    out.u64(ended_ ? 1 : 0);
+    out.u64(pass_ ? 1 : 0);
+    if (!pass_) return;
+    stage_state inner{state.stage, {}, {}, {}};
+    pass_->save(inner);
+    out.bytes(inner.data);
+    state.held = std::move(inner.held);
+  }
+  expected<void> restore(const stage_state& state) override {
+    state_reader in{state.data, "stage '" + state.stage + "'"};
+    AF_TRY_ASSIGN(passes_, in.i64("passes"));
+    AF_TRY_ASSIGN(in_this_pass_, in.u64("elements in this pass"));
+    AF_TRY_ASSIGN(uint64_t ended, in.u64("ended"));
+    AF_TRY_ASSIGN(uint64_t in_pass, in.u64("in a pass"));
+    ended_ = ended != 0;
+    if (passes_ < 0 || (times_ >= 0 && passes_ > times_) || (in_pass && passes_ == 0))
+      return make_error(errc::malformed_input, "iterator state of stage '" + state.stage + "': pass " +
+                                                   std::to_string(passes_) + " does not fit this repeat");
+    if (!in_pass) return in.done();
+    stage_state inner{state.stage, {}, state.held, {}};
+    AF_TRY_ASSIGN(inner.data, in.bytes("the pass's position"));
+    AF_TRY(in.done());
+    AF_TRY(open_pass(passes_ - 1));
+    return pass_->restore(inner);
+  }
+
+ private:
+  expected<void> open_pass(int64_t pass) {
+    build_context ctx = ctx_;
+    ctx.epoch = mix_seed(ctx_.epoch, static_cast<uint64_t>(pass));
+    auto make = in_->savable_source(ctx);
+    if (!make) return make_error(errc::invalid_argument, "repeat: its input stopped generating in place");
+    pass_ = make();
+    if (!pass_) return make_error(errc::invalid_argument, "repeat: its input made no source");
+    return {};
+  }
+
+  std::shared_ptr<const node> in_;
+  int64_t times_;
+  build_context ctx_;
+  int64_t passes_ = 0;  // passes opened
+  uint64_t in_this_pass_ = 0;
+  bool ended_ = false;
+  std::unique_ptr<element_source> pass_;
+};
 
 struct repeat_node final : unary_node {
   int64_t count;
@@ -15,62 +93,28 @@ struct repeat_node final : unary_node {
   std::string label() const override {
     return count < 0 ? std::string{"repeat"} : "repeat(" + std::to_string(count) + ")";
   }
+  // An input that generates in place (a file, a range): every pass runs on this stage's thread.
+  source_factory savable_source(const build_context& ctx) const override {
+    if (!input->savable_source(ctx)) return nullptr;
+    return [in = input, times = count, ctx] { return std::make_unique<repeat_source>(in, times, ctx); };
+  }
+  generator_factory inline_source(const build_context& ctx) const override { return as_generator(savable_source(ctx)); }
   pipeline build(const build_context& ctx) const override {
-    if (!input->inline_source(ctx)) return build_as_children(ctx);
-    // An input that generates in place (a file, a range): each pass runs on this stage's thread.
-    auto in = input;
-    const int64_t times = count;
-    return pipeline::from_source(
-        "repeat",
-        [in, times, ctx] {
-          struct pass_state {
-            int64_t epoch = 0;
-            uint64_t in_this_epoch = 0;
-            generator_fn stream;
-          };
-          auto st = std::make_shared<pass_state>();
-          return generator_fn{[in, times, ctx, st]() -> expected<std::optional<element>> {
-            for (;;) {
-              if (!st->stream) {
-                if (times >= 0 && st->epoch >= times) return std::optional<element>{};
-                build_context pass = ctx;
-                pass.epoch = mix_seed(ctx.epoch, static_cast<uint64_t>(st->epoch));
-                auto make = in->inline_source(pass);
-                if (!make) return make_error(errc::invalid_argument, "repeat: its input stopped generating in place");
-                st->stream = make();
-                st->in_this_epoch = 0;
-                ++st->epoch;
-              }
-              auto next = st->stream();
-              if (!next) return next.error_value();
-              if (next->has_value()) {
-                ++st->in_this_epoch;
-                return next;
-              }
-              st->stream = nullptr;
-              // An empty pass would make repeat() spin forever: an empty input repeats to empty.
-              if (st->in_this_epoch == 0) return std::optional<element>{};
-            }
-          }};
-        },
-        {.slots = element_slots});
+    if (auto make = savable_source(ctx)) return pipeline::from_savable_source("repeat", make, {.slots = element_slots});
+    return build_as_children(ctx);
   }
 
-  // Any other input: each pass is a chain of stage actors inside the topology, the child of an
-  // interleave with a cycle of one, opened when the previous pass has ended.
+  // Any other input: each pass is a child of an interleave with a cycle of one (a chain of stage
+  // actors inside the topology, or a generator's source stage), opened when the previous pass has
+  // ended. A snapshot holds the pass number and the pass's own snapshot.
   pipeline build_as_children(const build_context& ctx) const {
-    auto in = input;
-    const int64_t times = count;
-    auto opener = [in, times, ctx]() -> child_opener {
-      auto passes = std::make_shared<int64_t>(0);
-      return [in, times, ctx, passes]() -> expected<std::optional<child_source>> {
-        if (times >= 0 && *passes >= times) return std::optional<child_source>{};
-        build_context pass = ctx;
-        pass.epoch = mix_seed(ctx.epoch, static_cast<uint64_t>((*passes)++));
-        return std::optional<child_source>{child_of(*in, pass)};
-      };
-    };
-    return pipeline::interleave("repeat", opener,
+    auto inputs = numbered_inputs([in = input, times = count, ctx](uint64_t pass) -> expected<std::optional<child_source>> {
+      if (times >= 0 && pass >= static_cast<uint64_t>(times)) return std::optional<child_source>{};
+      build_context nested = ctx;
+      nested.epoch = mix_seed(ctx.epoch, pass);
+      return std::optional<child_source>{child_of(*in, nested)};
+    });
+    return pipeline::interleave("repeat", std::move(inputs),
                                 {.cycle_length = 1, .block_length = 1, .open_ahead = 0,
                                  .child_slots = element_slots, .end_on_empty_child = true},
                                 {.slots = element_slots});
@@ -88,36 +132,67 @@ struct interleave_node final : unary_node {
     return "interleave(cycle " + std::to_string(cycle_length) + ", block " + std::to_string(block_length) + ")";
   }
   pipeline build(const build_context& ctx) const override {
-    if (auto outer = input->inline_source(ctx)) return build_merging(std::move(outer), ctx);
+    if (auto outer = input->savable_source(ctx)) return build_merging(std::move(outer), ctx);
+    if (auto outer = input->inline_source(ctx)) return build_merging(as_savable(std::move(outer)), ctx);
     return build_sequential(ctx);
   }
 
   std::size_t open_ahead() const {
     return static_cast<std::size_t>(parallelism == autotune ? 1 : std::max<int64_t>(0, parallelism - cycle_length));
   }
+  interleave_options options() const {
+    return {.cycle_length = static_cast<std::size_t>(cycle_length),
+            .block_length = static_cast<std::size_t>(block_length),
+            .open_ahead = open_ahead(),
+            .child_slots = element_slots};
+  }
+
+  // A generator seen as a source without a position (its interleave then cannot be saved).
+  static source_factory as_savable(generator_factory make) {
+    class unsaved final : public element_source {
+     public:
+      explicit unsaved(generator_fn gen) : gen_(std::move(gen)) {}
+      expected<std::optional<element>> next() override { return gen_(); }
+      void save(stage_state&) const override {}
+      expected<void> restore(const stage_state&) override {
+        return make_error(errc::invalid_argument, "a generator cannot restore a position");
+      }
+     private:
+      generator_fn gen_;
+    };
+    return [make] { return std::make_unique<unsaved>(make()); };
+  }
 
   // The input generates in place (file lists, ranges): an interleave stage opens the children and
   // each runs as a source stage of its own, concurrently; a child that is itself an inline chain
-  // (a file and its per-record maps) runs whole on one scheduler thread.
-  pipeline build_merging(generator_factory outer_factory, const build_context& ctx) const {
-    auto make = fn;
-    auto opener = [outer_factory, make, ctx]() -> child_opener {
-      auto outer = std::make_shared<generator_fn>(outer_factory());
-      return [outer, make, ctx]() -> expected<std::optional<child_source>> {
-        auto next = (*outer)();
+  // (a file and its per-record maps) runs whole on one scheduler thread. A snapshot holds the
+  // input's position and, per open child, the element it was made of.
+  pipeline build_merging(source_factory outer_factory, const build_context& ctx) const {
+    const bool savable = static_cast<bool>(input->savable_source(ctx));
+    auto inputs = [outer_factory, make = fn, ctx, savable]() -> child_inputs {
+      std::shared_ptr<element_source> outer = outer_factory();
+      auto child_for = [make, ctx](const element& e) -> expected<child_source> {
+        auto child = guarded("interleave function", [&] { return make(e); });
+        if (!child) return with_origin(child.error_value(), e.origin);
+        return child_of(*child->root(), ctx);
+      };
+      child_inputs in;
+      in.open = [outer, child_for]() -> expected<std::optional<child_source>> {
+        auto next = outer->next();
         if (!next) return next.error_value();
         if (!next->has_value()) return std::optional<child_source>{};
-        auto child = guarded("interleave function", [&] { return make(**next); });
-        if (!child) return with_origin(child.error_value(), (*next)->origin);
-        return std::optional<child_source>{child_of(*child->root(), ctx)};
+        AF_TRY_ASSIGN(auto child, child_for(**next));
+        child.key = std::move(**next);
+        return std::optional<child_source>{std::move(child)};
       };
+      if (savable) {
+        in.save = [outer](stage_state& state) { outer->save(state); };
+        in.restore = [outer](const stage_state& state) { return outer->restore(state); };
+        in.reopen = child_for;
+      }
+      return in;
     };
-    return pipeline::interleave("interleave", opener,
-                                {.cycle_length = static_cast<std::size_t>(cycle_length),
-                                 .block_length = static_cast<std::size_t>(block_length),
-                                 .open_ahead = open_ahead(),
-                                 .child_slots = element_slots},
-                                {.slots = element_slots});
+    return pipeline::interleave("interleave", child_inputs_factory{std::move(inputs)}, options(), {.slots = element_slots});
   }
 
   // The input is itself a pipeline of stages: the interleave stage launches it as a chain of its
@@ -131,12 +206,7 @@ struct interleave_node final : unary_node {
       if (!child) return with_origin(child.error_value(), outer.origin);
       return child_of(*child->root(), ctx);
     };
-    return pipeline::interleave("interleave", input->build(nested), std::move(maker),
-                                {.cycle_length = static_cast<std::size_t>(cycle_length),
-                                 .block_length = static_cast<std::size_t>(block_length),
-                                 .open_ahead = open_ahead(),
-                                 .child_slots = element_slots},
-                                {.slots = element_slots});
+    return pipeline::interleave("interleave", input->build(nested), std::move(maker), options(), {.slots = element_slots});
   }
   pipeline extend(pipeline up, const build_context&) const override { return up; }
 };
@@ -204,6 +274,38 @@ struct memory_cache_node final : unary_node {
 };
 
 }  // namespace
+
+child_inputs_factory numbered_inputs(numbered_child make) {
+  return [make] {
+    auto opened = std::make_shared<uint64_t>(0);
+    child_inputs in;
+    in.open = [make, opened]() -> expected<std::optional<child_source>> {
+      auto child = make(*opened);
+      if (!child || !child->has_value()) return child;
+      (*child)->key = element{{"index", tensor::scalar<int64_t>(static_cast<int64_t>(*opened))}};
+      ++*opened;
+      return child;
+    };
+    in.save = [opened](stage_state& state) { state_writer{state.data}.u64(*opened); };
+    in.restore = [opened](const stage_state& state) -> expected<void> {
+      state_reader saved{state.data, "interleave inputs"};
+      AF_TRY_ASSIGN(*opened, saved.u64("inputs opened"));
+      return saved.done();
+    };
+    in.reopen = [make](const element& key) -> expected<child_source> {
+      const tensor* index = key.find("index");
+      if (!index || index->type() != dtype::i64 || index->numel() != 1 || index->data<int64_t>()[0] < 0)
+        return make_error(errc::malformed_input, "iterator state: a child's key is not an input number");
+      const auto i = static_cast<uint64_t>(index->data<int64_t>()[0]);
+      auto child = make(i);
+      if (!child) return child.error_value();
+      if (!child->has_value())
+        return make_error(errc::malformed_input, "iterator state: input " + std::to_string(i) + " does not exist");
+      return std::move(**child);
+    };
+    return in;
+  };
+}
 
 dataset dataset::repeat(int64_t count) const { return dataset{std::make_shared<repeat_node>(root_, count)}; }
 dataset dataset::interleave(dataset_fn fn, int64_t cycle_length, int64_t block_length, int64_t parallelism) const {

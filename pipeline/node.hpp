@@ -69,6 +69,9 @@ struct node {
   /// a factory of generators of this node's elements. A nested run of such a node (an interleave
   /// child, a repeat epoch) then costs no actors and no thread hand-off. Null for other nodes.
   virtual generator_factory inline_source(const build_context&) const { return nullptr; }
+  /// For nodes that generate in place and can save their position (files, ranges, and sequential
+  /// maps or repeats of those): a factory of such sources. Null for other nodes.
+  virtual source_factory savable_source(const build_context&) const { return nullptr; }
   /// This node followed by batch(size, drop_remainder) as one node, when the node can make whole
   /// batches more cheaply than a batch stage stacking its elements (slices of in-memory columns
   /// are views of consecutive rows); null otherwise.
@@ -92,7 +95,6 @@ struct source_node : node {
     return pipeline::from_source(stage_name(), inline_source(ctx), source_stage_options());
   }
   generator_factory inline_source(const build_context& ctx) const override { return as_generator(savable_source(ctx)); }
-  virtual source_factory savable_source(const build_context&) const { return nullptr; }
   virtual std::string stage_name() const = 0;
   virtual stage_options source_stage_options() const { return {.slots = element_slots, .detached = false}; }
 };
@@ -128,9 +130,15 @@ expected<void> check_resumable(const dataset& ds, const iterator_state& saved);
 /// `ds` positioned after its first `consumed` elements.
 dataset positioned_at(const dataset& ds, uint64_t consumed);
 
+/// Inputs of an interleave numbered 0, 1, ... (repeat passes, zip inputs): `make(i)` is the i-th
+/// child, nullopt after the last. A snapshot saves how many were opened; a child is made again
+/// from its number.
+using numbered_child = std::function<expected<std::optional<child_source>>(uint64_t index)>;
+child_inputs_factory numbered_inputs(numbered_child make);
+
 /// A nested dataset as the child of an interleave stage (repeat passes, interleave children, zip
-/// inputs): its generator when it generates in place, else its stages as a chain of actors of
-/// their own. Either way it runs inside the topology, with no blocking reader.
+/// inputs): its savable source or its generator when it generates in place, else its stages as a
+/// chain of actors of their own. Either way it runs inside the topology, with no blocking reader.
 child_source child_of(const node& n, const build_context& ctx);
 
 }  // namespace af::data

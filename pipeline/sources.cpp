@@ -196,16 +196,12 @@ struct zip_node final : node {
   // One zip stage reading every input as a child of its own (a source stage, or a chain of
   // stages), so the inputs run concurrently inside the topology.
   pipeline build(const build_context& ctx) const override {
-    auto parts_copy = parts;
-    auto opener = [parts_copy, ctx]() -> child_opener {
-      auto opened = std::make_shared<std::size_t>(0);
-      return [parts_copy, ctx, opened]() -> expected<std::optional<child_source>> {
-        if (parts_copy.empty()) return make_error(errc::invalid_argument, "zip of no datasets");
-        if (*opened >= parts_copy.size()) return std::optional<child_source>{};
-        return std::optional<child_source>{child_of(*parts_copy[(*opened)++], ctx)};
-      };
-    };
-    return pipeline::interleave("zip", opener,
+    auto inputs = numbered_inputs([parts = parts, ctx](uint64_t i) -> expected<std::optional<child_source>> {
+      if (parts.empty()) return make_error(errc::invalid_argument, "zip of no datasets");
+      if (i >= parts.size()) return std::optional<child_source>{};
+      return std::optional<child_source>{child_of(*parts[i], ctx)};
+    });
+    return pipeline::interleave("zip", std::move(inputs),
                                 {.cycle_length = std::max<std::size_t>(1, parts.size()),
                                  .block_length = 1,
                                  .open_ahead = 0,
@@ -236,6 +232,7 @@ uint64_t structural_salt(const node& n) {
 }
 
 child_source child_of(const node& n, const build_context& ctx) {
+  if (auto source = n.savable_source(ctx)) return child_source{.source = std::move(source)};
   if (auto make = n.inline_source(ctx)) return child_source{make(), false};
   build_context nested = ctx;
   nested.tunables = nullptr;  // the autotuner sees the top-level topology only

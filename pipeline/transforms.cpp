@@ -41,6 +41,28 @@ transform_fn guarded_map(map_fn fn, const std::string& name, const build_context
   };
 }
 
+class mapped_source final : public element_source {
+ public:
+  mapped_source(std::unique_ptr<element_source> up, map_fn fn, std::string what, build_context ctx)
+      : up_(std::move(up)), fn_(std::move(fn)), what_(std::move(what)), ctx_(std::move(ctx)) {}
+  expected<std::optional<element>> next() override {
+    for (;;) {
+      auto next = up_->next();
+      if (!next || !next->has_value()) return next;
+      auto made = map_one(fn_, what_, ctx_, std::move(**next));
+      if (!made || made->has_value()) return made;
+    }
+  }
+  void save(stage_state& state) const override { up_->save(state); }
+  expected<void> restore(const stage_state& state) override { return up_->restore(state); }
+
+ private:
+  std::unique_ptr<element_source> up_;
+  map_fn fn_;
+  std::string what_;
+  build_context ctx_;
+};
+
 struct map_node final : unary_node {
   map_fn fn;
   int64_t parallelism;
@@ -54,9 +76,17 @@ struct map_node final : unary_node {
            (deterministic ? ")" : ", unordered)");
   }
   // A sequential map over an inline source is inline too: it runs where the source runs (in an
-  // interleave child, on the thread that read the record, while the record is in its cache).
+  // interleave child, on the thread that read the record, while the record is in its cache). Over
+  // a savable source it is savable: the map holds nothing, the position is the source's.
+  source_factory savable_source(const build_context& ctx) const override {
+    if (parallelism != 1) return nullptr;
+    auto up = input->savable_source(ctx);
+    if (!up) return nullptr;
+    return [up, f = fn, what = name + " function", ctx] { return std::make_unique<mapped_source>(up(), f, what, ctx); };
+  }
   generator_factory inline_source(const build_context& ctx) const override {
     if (parallelism != 1) return nullptr;
+    if (auto savable = savable_source(ctx)) return as_generator(std::move(savable));
     auto up = input->inline_source(ctx);
     if (!up) return nullptr;
     return [up, f = fn, what = name + " function", ctx] {
