@@ -70,7 +70,8 @@ void progress_display::finish(int64_t batches, int64_t samples, const logs& figu
   std::string line = std::to_string(batches) + "/" + std::to_string(batches);
   if (bar_) line += " [" + std::string(30, '=') + "]";
   line += " - " + seconds_text(elapsed);
-  if (batches > 0) line += " " + seconds_text(elapsed / static_cast<double>(batches)) + "/step";
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "literal" + temporary here.
+  if (batches > 0) line.append(" ").append(seconds_text(elapsed / static_cast<double>(batches))).append("/step");
   line += figures_text(figures);
   if (elapsed > 0) line += " - " + rate_text(static_cast<double>(samples) / elapsed) + " samples/s";
   std::fprintf(out_, bar_ ? "\r%s\033[K\n" : "%s\n", line.c_str());
