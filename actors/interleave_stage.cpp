@@ -204,6 +204,8 @@ bool merge(interleave_actor* self) {
       if (!slot.ready.empty()) {
         out.buffer.push_back(std::move(slot.ready.front()));
         slot.ready.pop_front();
+        if (!st.options.key_field.empty() && slot.key && !slot.key->fields.empty())
+          out.buffer.back().set(st.options.key_field, slot.key->fields.front().value);
         if (++st.in_block >= st.options.block_length) advance(st);
         continue;
       }
@@ -248,10 +250,18 @@ void run(interleave_actor* self) {
   auto& st = self->state;
   auto& out = *st.out;
   out.act.leave();
-  const bool waiting = merge(self);
-  if (out.flush(self)) {
-    finish(self);
-    return;
+  // Merging stops when the output is full; sending may free it again, and then no message need
+  // come (the children may hold all their credit's worth ready, the consumer may have credit
+  // out): merge on while sending makes room.
+  bool waiting = false;
+  for (std::size_t before = 0;;) {
+    waiting = merge(self);
+    before = out.buffer.size();
+    if (out.flush(self)) {
+      finish(self);
+      return;
+    }
+    if (waiting || out.has_terminal() || out.buffer.size() >= before) break;
   }
   std::size_t held = out.buffer.size();
   // A child whose mark is awaited keeps credit whatever it has ready: its mark waits behind the

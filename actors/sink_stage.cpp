@@ -6,6 +6,8 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include <optional>
+
 #include "actors/resume_ordered.hpp"
 #include "actors/stage_actor.hpp"
 
@@ -27,6 +29,8 @@ struct sink_state {
   trace::name_id deliver_name = trace::intern("deliver");
   trace::name_id waiting_name = trace::intern("waiting for input");
   bool finished = false;
+  // End or failure that arrived while the target was paused with elements: it follows them.
+  std::optional<error> deferred_end;
 };
 
 using sink_actor = detail::resume_ordered<caf::stateful_actor<sink_state>>;
@@ -55,6 +59,25 @@ void finish(sink_actor* self, const error& status) {
     st.target->done(status);
   }
   self->quit();
+}
+
+// Upstream ended (or failed): the target hears it once it has consumed what it holds.
+void upstream_finished(sink_actor* self, error status) {
+  auto& st = self->state;
+  st.in.close();
+  if (st.target->holding() > 0) {
+    st.deferred_end = std::move(status);
+    return;
+  }
+  finish(self, status);
+}
+
+// Counts what the target consumed out of what it held and delivered since `before`.
+void count_consumed(sink_actor* self, std::size_t before_and_delivered) {
+  auto& st = self->state;
+  const std::size_t consumed = before_and_delivered - std::min(before_and_delivered, st.target->holding());
+  st.held -= std::min(st.held, consumed);
+  st.metrics->items_out.fetch_add(consumed, std::memory_order_relaxed);
 }
 
 void top_up(sink_actor* self) {
@@ -103,11 +126,11 @@ caf::behavior sink_stage(sink_actor* self, std::string name, std::size_t slots, 
         s.metrics->items_in.fetch_add(n, std::memory_order_relaxed);
         s.act->leave();
         const int64_t start = trace::now_ns();
+        const std::size_t before = s.target->holding();
         auto delivered = s.target->deliver(std::move(items));
         if (s.target->releases_on_delivery()) {
           s.act->busy_since(start, s.deliver_name, static_cast<uint32_t>(n));
-          s.held -= n;
-          s.metrics->items_out.fetch_add(n, std::memory_order_relaxed);
+          count_consumed(self, before + n);
         }
         if (!delivered) {
           s.in.cancel(self);
@@ -123,13 +146,24 @@ caf::behavior sink_stage(sink_actor* self, std::string name, std::size_t slots, 
         s.metrics->items_out.fetch_add(k, std::memory_order_relaxed);
         top_up(self);
       },
-      [self](flow::end_atom) {
-        self->state.in.close();
-        finish(self, {});
-      },
-      [self](flow::fail_atom, const caf::error& err) {
-        self->state.in.close();
-        finish(self, from_caf_error(err));
+      [self](flow::end_atom) { upstream_finished(self, {}); },
+      [self](flow::fail_atom, const caf::error& err) { upstream_finished(self, from_caf_error(err)); },
+      [self](resume_atom) {
+        auto& s = self->state;
+        if (s.finished || !s.target->paused()) return;
+        const int64_t start = trace::now_ns();
+        const std::size_t before = s.target->holding();
+        auto resumed = s.target->resume();
+        s.act->busy_since(start, s.deliver_name, static_cast<uint32_t>(before - std::min(before, s.target->holding())));
+        count_consumed(self, before);
+        if (!resumed) {
+          if (!s.in.closed()) s.in.cancel(self);
+          finish(self, resumed.error_value());
+        } else if (s.deferred_end && !s.target->paused()) {
+          finish(self, *s.deferred_end);
+        } else {
+          top_up(self);
+        }
       },
       [self](flow::cancel_atom) {
         self->state.in.cancel(self);

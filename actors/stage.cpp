@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <mutex>
 
 #include "actors/runtime.hpp"
@@ -225,6 +226,7 @@ struct topology::impl {
   caf::actor tail;
   std::vector<std::shared_ptr<stage_metrics>> metrics;
   std::vector<caf::actor> stage_actors;  // parallel to metrics
+  caf::actor sink;  // when launched with one
   bool down = false;
 };
 
@@ -263,6 +265,10 @@ void topology::set_parallelism(std::size_t stage, std::size_t workers) {
   if (!impl_ || stage >= impl_->stage_actors.size()) return;
   caf::anon_send(impl_->stage_actors[stage], detail::tune_atom::value, uint64_t{0},
                  static_cast<uint64_t>(std::max<std::size_t>(1, workers)));
+}
+
+void topology::resume_delivery() {
+  if (impl_ && impl_->sink) caf::anon_send(impl_->sink, detail::resume_atom::value);
 }
 
 void topology::shutdown() {
@@ -308,26 +314,46 @@ std::unique_ptr<topology::impl> spawn_stages(runtime& rt, const pipeline& p) {
   return state;
 }
 
-// Hands each element to a callback.
+// Hands each element to a callback, which may pause the delivery: what arrives meanwhile waits
+// here (its credit stays with the sink) until resume().
 class callback_target final : public detail::sink_target {
  public:
-  callback_target(element_handler on_element, done_handler on_done)
+  callback_target(pausable_handler on_element, done_handler on_done)
       : on_element_(std::move(on_element)), on_done_(std::move(on_done)) {}
   expected<void> deliver(std::vector<element>&& batch) override {
-    for (auto& e : batch) {
-      auto ok = guarded("element handler", [&] { return on_element_(std::move(e)); });
-      if (!ok) return ok;
-    }
-    return {};
+    for (auto& e : batch) waiting_.push_back(std::move(e));
+    return drain();
   }
   void done(const error& status) override {
     if (on_done_) on_done_(status);
   }
   bool releases_on_delivery() const noexcept override { return true; }
+  std::size_t holding() const noexcept override { return waiting_.size(); }
+  bool paused() const noexcept override { return paused_; }
+  expected<void> resume() override {
+    paused_ = false;
+    return drain();
+  }
 
  private:
-  element_handler on_element_;
+  expected<void> drain() {
+    while (!paused_ && !waiting_.empty()) {
+      auto verdict = guarded("element handler", [&] { return on_element_(std::move(waiting_.front())); });
+      if (!verdict) return verdict.error_value();
+      if (*verdict == delivery::hold) {
+        paused_ = true;  // the element stays first in line
+        break;
+      }
+      waiting_.pop_front();
+      paused_ = *verdict == delivery::pause;
+    }
+    return {};
+  }
+
+  pausable_handler on_element_;
   done_handler on_done_;
+  std::deque<element> waiting_;
+  bool paused_ = false;
 };
 
 }  // namespace
@@ -369,6 +395,7 @@ topology launch_with_sink(runtime& rt, const pipeline& p, const sink_options& op
   auto handle = detail::spawn_sink(rt.system(), options.name, options.slots, state->tail,
                                    std::move(target), metrics);
   if (sink) *sink = handle;
+  state->sink = handle;
   state->owned.push_back(handle);
   state->stage_actors.push_back(std::move(handle));
   state->metrics.push_back(std::move(metrics));
@@ -379,6 +406,15 @@ topology launch_with_sink(runtime& rt, const pipeline& p, const sink_options& op
 
 topology launch(runtime& rt, const pipeline& p, sink_options options, element_handler on_element,
                 done_handler on_done) {
+  pausable_handler always_more = [on_element = std::move(on_element)](element&& e) -> expected<delivery> {
+    AF_TRY(on_element(std::move(e)));
+    return delivery::more;
+  };
+  return launch_pausable(rt, p, std::move(options), std::move(always_more), std::move(on_done));
+}
+
+topology launch_pausable(runtime& rt, const pipeline& p, sink_options options, pausable_handler on_element,
+                         done_handler on_done) {
   return detail::launch_with_sink(
       rt, p, options, std::make_shared<callback_target>(std::move(on_element), std::move(on_done)));
 }

@@ -160,6 +160,9 @@ struct interleave_options {
   /// A child that ends without an element ends the stream (repeat: an empty pass would otherwise
   /// open passes forever).
   bool end_on_empty_child = false;
+  /// When set, each output carries its child's key (the key's first field) under this name:
+  /// numbered passes tag their elements with the pass number this way.
+  std::string key_field;
   /// When set, the stage zips instead of interleaving: it opens `cycle_length` children at once
   /// and each output is `combine` of the next element of every child, in child order; the stream
   /// ends with the shortest child.
@@ -274,6 +277,8 @@ class topology {
   void set_slots(std::size_t stage, std::size_t slots);
   /// Changes a running parallel map stage's worker count (ignored by other stages).
   void set_parallelism(std::size_t stage, std::size_t workers);
+  /// Continues a sink paused by its handler (launch_pausable); callable from any thread.
+  void resume_delivery();
 
   struct impl;
   explicit topology(std::unique_ptr<impl> state);
@@ -301,6 +306,22 @@ using done_handler = std::function<void(const error&)>;
 /// Spawns `p` followed by an actor-side sink that hands every element to `on_element`.
 topology launch(runtime& rt, const pipeline& p, sink_options options, element_handler on_element,
                 done_handler on_done);
+
+/// What a pausable sink's handler wants after an element.
+enum class delivery {
+  more,   ///< the next element, please
+  pause,  ///< this one is consumed; hold the next ones until topology::resume_delivery()
+  hold,   ///< pause before this one: it was not consumed (the handler left it untouched) and comes
+          ///< first again after resume_delivery()
+};
+/// Called by a pausable sink for each element, on a scheduler thread.
+using pausable_handler = std::function<expected<delivery>(element&&)>;
+
+/// launch() with a handler that may pause the delivery. While paused the sink keeps what arrives
+/// and the credit for it, so the stages upstream fill their slots and stall there (the topology
+/// stays up, its elements prepared); the end of the stream waits behind the held elements.
+topology launch_pausable(runtime& rt, const pipeline& p, sink_options options, pausable_handler on_element,
+                         done_handler on_done);
 
 /// An input iterator over any `Source` with `expected<std::optional<element>> next()`; it equals
 /// std::default_sentinel once the source ends or fails (the source keeps the error).

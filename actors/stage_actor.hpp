@@ -54,6 +54,8 @@ using step_atom = caf::atom_constant<caf::atom("af_step")>;
 using release_atom = caf::atom_constant<caf::atom("af_release")>;
 /// Topology -> stage: (tune_atom, slots, parallelism); 0 leaves a setting as it is.
 using tune_atom = caf::atom_constant<caf::atom("af_tune")>;
+/// Topology -> sink: a paused target continues.
+using resume_atom = caf::atom_constant<caf::atom("af_resume")>;
 
 /// Longest run of work in one message handler before the stage yields to its mailbox.
 inline constexpr int64_t time_slice_ns = 1'000'000;
@@ -110,6 +112,12 @@ class sink_target {
   /// A snapshot mark, behind the batches delivered before it (targets that take no snapshots
   /// ignore it).
   virtual void mark(flow::snapshot_ptr /*mark*/) {}
+  /// Delivered elements a paused target keeps without having consumed them: the sink keeps their
+  /// credit until they are.
+  virtual std::size_t holding() const noexcept { return 0; }
+  virtual bool paused() const noexcept { return false; }
+  /// Continues a paused target: it consumes what it holds (and may pause again).
+  virtual expected<void> resume() { return {}; }
 };
 
 /// The output half every producing stage shares: the slots, the consumer's credit, the terminal

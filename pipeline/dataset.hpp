@@ -128,6 +128,11 @@ class dataset {
   dataset cache(std::string path) const;
   /// Runs the dataset `count` times (-1: forever); shuffles reshuffle per epoch.
   dataset repeat(int64_t count = -1) const;
+  /// Passes `first` .. `first + count - 1` over this dataset, one after the other in one topology,
+  /// each element carrying its pass number (an int64 scalar) in the field `pass_field`. Pass k
+  /// draws the order of repeat()'s k-th pass whichever pass it starts from, so a run resumed at
+  /// pass k sees what an uninterrupted one saw. fit runs its epochs this way.
+  dataset passes(int64_t first, int64_t count, std::string pass_field) const;
   dataset take(int64_t count) const;
   dataset skip(int64_t count) const;
   /// Every `num_shards`-th element starting at `index` (for data-parallel workers).

@@ -14,11 +14,12 @@ namespace af::data {
 namespace {
 
 // Shared by the consuming actor (which writes while the feed runs) and the waiting caller (which
-// reads after `done`, under the mutex that published it).
+// reads while the feed is paused or after it is done, under the mutex that published either).
 struct feed_progress {
   std::mutex mtx;
-  std::condition_variable finished;
+  std::condition_variable changed;
   bool done = false;
+  bool paused = false;
   error status;
   bool handler_failed = false;
   bool stopped = false;
@@ -26,10 +27,10 @@ struct feed_progress {
   int64_t idle_since_ns = 0;  // when the handler last returned (0: not called yet)
 };
 
-element_handler consume_with(feed_handler handler, std::string name, std::shared_ptr<feed_progress> progress,
-                             std::shared_ptr<consumer_signals> signals) {
+pausable_handler consume_with(feed_handler handler, std::string name, std::shared_ptr<feed_progress> progress,
+                              std::shared_ptr<consumer_signals> signals) {
   return [handler = std::move(handler), name = std::move(name), progress = std::move(progress),
-          signals = std::move(signals)](element&& e) -> expected<void> {
+          signals = std::move(signals)](element&& e) -> expected<delivery> {
     auto& p = *progress;
     const int64_t start = trace::now_ns();
     // The autotuner grows prefetch buffers while the consumer waits for its elements.
@@ -37,22 +38,98 @@ element_handler consume_with(feed_handler handler, std::string name, std::shared
     signals->element_bytes.store(e.nbytes(), std::memory_order_relaxed);
     auto verdict = guarded(name, [&] { return handler(std::move(e)); });
     p.idle_since_ns = trace::now_ns();
-    ++p.handled;
     if (!verdict) {
+      ++p.handled;
       p.handler_failed = true;
       return std::move(verdict).error_value();
     }
-    if (*verdict == feed_verdict::stop) {
-      p.stopped = true;
-      return make_error(errc::cancelled, name + " stopped the feed");
+    switch (*verdict) {
+      case feed_verdict::more: ++p.handled; return delivery::more;
+      case feed_verdict::stop:
+        ++p.handled;
+        p.stopped = true;
+        return make_error(errc::cancelled, name + " stopped the feed");
+      case feed_verdict::pause:
+      case feed_verdict::hold: {
+        if (*verdict == feed_verdict::pause) ++p.handled;
+        p.idle_since_ns = 0;  // a pause is not the pipeline keeping the consumer waiting
+        std::lock_guard<std::mutex> guard{p.mtx};
+        p.paused = true;
+        p.changed.notify_all();
+        return *verdict == feed_verdict::pause ? delivery::pause : delivery::hold;
+      }
     }
-    return {};
+    return delivery::more;
   };
 }
 
 }  // namespace
 
-expected<feed_result> feed(runtime& rt, const dataset& ds, feed_handler handler, feed_options options) {
+struct feed_session::impl {
+  build_context ctx;
+  std::shared_ptr<feed_progress> progress = std::make_shared<feed_progress>();
+  topology topo;
+  std::unique_ptr<autotuner> tuner;
+  bool spent = false;
+};
+
+feed_session::feed_session(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+feed_session::feed_session(feed_session&&) noexcept = default;
+feed_session& feed_session::operator=(feed_session&& other) noexcept {
+  if (this != &other) {
+    if (impl_ && !impl_->spent) finish();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+feed_session::~feed_session() {
+  if (impl_ && !impl_->spent) finish();
+}
+
+bool feed_session::wait() {
+  auto& p = *impl_->progress;
+  std::unique_lock<std::mutex> lock{p.mtx};
+  p.changed.wait(lock, [&] { return p.done || p.paused; });
+  return !p.done;
+}
+
+void feed_session::resume() {
+  {
+    std::lock_guard<std::mutex> guard{impl_->progress->mtx};
+    if (impl_->progress->done || !impl_->progress->paused) return;
+    impl_->progress->paused = false;
+  }
+  impl_->topo.resume_delivery();
+}
+
+feed_result feed_session::finish() {
+  auto& s = *impl_;
+  auto& p = *s.progress;
+  bool by_caller = false;
+  {
+    std::lock_guard<std::mutex> guard{p.mtx};
+    by_caller = !p.done;
+  }
+  s.tuner.reset();  // before the topology it adjusts goes away
+  s.topo.shutdown();
+  feed_result out;
+  {
+    std::unique_lock<std::mutex> lock{p.mtx};
+    p.changed.wait(lock, [&] { return p.done; });
+    const bool clean_stop = (p.stopped || by_caller) && p.status.code == errc::cancelled;
+    out.status = clean_stop ? error{} : p.status;
+    out.handler_failed = p.handler_failed;
+    out.handled = p.handled;
+  }
+  out.counters = s.topo.counters();
+  out.stats.skipped_errors = s.ctx.state->skipped.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> guard{s.ctx.state->mtx};
+  out.stats.first_skipped_error = s.ctx.state->first_skipped;
+  s.spent = true;
+  return out;
+}
+
+expected<feed_session> start_feed(runtime& rt, const dataset& ds, feed_handler handler, feed_options options) {
   uint64_t base_seed = 0, consumed = 0;
   if (options.from) {
     AF_TRY(check_resumable(ds, *options.from));
@@ -61,49 +138,40 @@ expected<feed_result> feed(runtime& rt, const dataset& ds, feed_handler handler,
   } else {
     base_seed = random_seed();
   }
-  auto ctx = top_level_context(rt, base_seed);
-  const pipeline stages = positioned_at(ds, consumed).root()->build(ctx);
+  auto state = std::make_unique<feed_session::impl>();
+  state->ctx = top_level_context(rt, base_seed);
+  const pipeline stages = positioned_at(ds, consumed).root()->build(state->ctx);
 
-  auto progress = std::make_shared<feed_progress>();
   auto signals = std::make_shared<consumer_signals>();
-  done_handler on_done = [progress](const error& status) {
+  done_handler on_done = [progress = state->progress](const error& status) {
     std::lock_guard<std::mutex> guard{progress->mtx};
     progress->status = status;
     progress->done = true;
-    progress->finished.notify_all();
+    progress->changed.notify_all();
   };
-  topology topo = launch(rt, stages, {.slots = std::max<std::size_t>(options.slots, 1), .name = options.name},
-                         consume_with(std::move(handler), options.name, progress, signals), std::move(on_done));
+  state->topo = launch_pausable(rt, stages, {.slots = std::max<std::size_t>(options.slots, 1), .name = options.name},
+                                consume_with(std::move(handler), options.name, state->progress, signals),
+                                std::move(on_done));
 
   std::vector<tunable_stage> knobs;
   {
-    std::lock_guard<std::mutex> guard{ctx.tunables->mtx};
-    knobs = ctx.tunables->stages;
+    std::lock_guard<std::mutex> guard{state->ctx.tunables->mtx};
+    knobs = state->ctx.tunables->stages;
   }
-  std::unique_ptr<autotuner> tuner;
   if (!knobs.empty()) {
-    tuning_target target{[&topo] { return topo.counters(); },
-                         [&topo](std::size_t stage, std::size_t slots) { topo.set_slots(stage, slots); },
-                         [&topo](std::size_t stage, std::size_t workers) { topo.set_parallelism(stage, workers); }};
-    tuner = std::make_unique<autotuner>(std::move(target), std::move(knobs), options.tuning, signals);
+    topology* topo = &state->topo;  // the impl stays where it is when the session moves
+    tuning_target target{[topo] { return topo->counters(); },
+                         [topo](std::size_t stage, std::size_t slots) { topo->set_slots(stage, slots); },
+                         [topo](std::size_t stage, std::size_t workers) { topo->set_parallelism(stage, workers); }};
+    state->tuner = std::make_unique<autotuner>(std::move(target), std::move(knobs), options.tuning, signals);
   }
+  return feed_session{std::move(state)};
+}
 
-  feed_result out;
-  {
-    std::unique_lock<std::mutex> lock{progress->mtx};
-    progress->finished.wait(lock, [&] { return progress->done; });
-    const bool clean_stop = progress->stopped && progress->status.code == errc::cancelled;
-    out.status = clean_stop ? error{} : progress->status;
-    out.handler_failed = progress->handler_failed;
-    out.handled = progress->handled;
-  }
-  tuner.reset();  // before the topology it adjusts goes away
-  topo.shutdown();
-  out.counters = topo.counters();
-  out.stats.skipped_errors = ctx.state->skipped.load(std::memory_order_relaxed);
-  std::lock_guard<std::mutex> guard{ctx.state->mtx};
-  out.stats.first_skipped_error = ctx.state->first_skipped;
-  return out;
+expected<feed_result> feed(runtime& rt, const dataset& ds, feed_handler handler, feed_options options) {
+  AF_TRY_ASSIGN(auto session, start_feed(rt, ds, std::move(handler), std::move(options)));
+  while (session.wait()) session.resume();
+  return session.finish();
 }
 
 }  // namespace af::data

@@ -24,8 +24,11 @@ namespace af::data {
 
 /// What a feed handler wants after an element.
 enum class feed_verdict {
-  more,  ///< the next element, please
-  stop,  ///< no more: upstream is cancelled and the feed ends cleanly
+  more,   ///< the next element, please
+  stop,   ///< no more: upstream is cancelled and the feed ends cleanly
+  pause,  ///< this one is handled; the next ones wait until feed_session::resume()
+  hold,   ///< pause before this one: it was not handled (the handler left it untouched) and
+          ///< comes first again after resume()
 };
 
 /// Called on the consuming actor for each element, one call at a time. An error (or an exception)
@@ -59,8 +62,36 @@ struct feed_result {
 };
 
 /// Launches `ds` into an actor calling `handler` and blocks until the feed ends; the handler's
-/// effects are visible to the caller when it returns. An error only when `options.from` belongs
-/// to another pipeline.
+/// effects are visible to the caller when it returns. A pause is resumed at once. An error only
+/// when `options.from` belongs to another pipeline.
 expected<feed_result> feed(runtime& rt, const dataset& ds, feed_handler handler, feed_options options = {});
+
+/// A running feed whose handler may pause it (feed_verdict::pause or hold): the caller then works
+/// with the handler's effects (a trainer validates, writes checkpoints) while the topology stays
+/// up, its stages filling their slots, and resumes it. Destroying a session stops the feed.
+class feed_session {
+ public:
+  feed_session(feed_session&&) noexcept;
+  feed_session& operator=(feed_session&&) noexcept;
+  ~feed_session();
+  /// Blocks until the handler paused the feed (true: resume() continues it) or the feed ended
+  /// (false: finish() tells how). The handler's effects are visible to the caller either way.
+  bool wait();
+  /// Continues a paused feed.
+  void resume();
+  /// Stops the feed if it still runs (a stop by the caller counts as a clean end) and returns how
+  /// it ended; the session is spent afterwards.
+  feed_result finish();
+
+  struct impl;
+  explicit feed_session(std::unique_ptr<impl> state);
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+/// Launches `ds` into an actor calling `handler` and returns at once. An error only when
+/// `options.from` belongs to another pipeline.
+expected<feed_session> start_feed(runtime& rt, const dataset& ds, feed_handler handler, feed_options options = {});
 
 }  // namespace af::data

@@ -11,23 +11,35 @@ namespace af::data {
 
 namespace {
 
+// Which passes a repeat runs: numbers `first` .. `first + count - 1` (count < 0: forever), and
+// the field that tells each element's pass (empty: none).
+struct pass_range {
+  int64_t first = 0;
+  int64_t count = -1;
+  std::string field;
+  bool after_last(int64_t pass) const noexcept { return count >= 0 && pass >= first + count; }
+};
+
 // Passes of a savable input, one after the other on one source: the state is the pass number
 // and the position inside the pass (which the input's own source saves).
 class repeat_source final : public element_source {
  public:
-  repeat_source(std::shared_ptr<const node> in, int64_t times, build_context ctx)
-      : in_(std::move(in)), times_(times), ctx_(std::move(ctx)) {}
+  repeat_source(std::shared_ptr<const node> in, pass_range passes, build_context ctx)
+      : in_(std::move(in)), range_(std::move(passes)), ctx_(std::move(ctx)), next_pass_(range_.first) {}
 
   expected<std::optional<element>> next() override {
     while (!ended_) {
       if (!pass_) {
-        if (times_ >= 0 && passes_ >= times_) break;
-        AF_TRY(open_pass(passes_++));
+        if (range_.after_last(next_pass_)) break;
+        AF_TRY(open_pass(next_pass_++));
         in_this_pass_ = 0;
       }
       auto next = pass_->next();
       if (!next || next->has_value()) {
-        if (next) ++in_this_pass_;
+        if (next) {
+          ++in_this_pass_;
+          if (!range_.field.empty()) (*next)->set(range_.field, tensor::scalar<int64_t>(next_pass_ - 1));
+        }
         return next;
       }
       pass_.reset();
@@ -39,7 +51,7 @@ class repeat_source final : public element_source {
   }
   void save(stage_state& state) const override {
     state_writer out{state.data};
-    out.i64(passes_);
+    out.i64(next_pass_);
     out.u64(in_this_pass_);
     out.u64(ended_ ? 1 : 0);
     out.u64(pass_ ? 1 : 0);
@@ -51,19 +63,19 @@ class repeat_source final : public element_source {
   }
   expected<void> restore(const stage_state& state) override {
     state_reader in{state.data, "stage '" + state.stage + "'"};
-    AF_TRY_ASSIGN(passes_, in.i64("passes"));
+    AF_TRY_ASSIGN(next_pass_, in.i64("next pass"));
     AF_TRY_ASSIGN(in_this_pass_, in.u64("elements in this pass"));
     AF_TRY_ASSIGN(uint64_t ended, in.u64("ended"));
     AF_TRY_ASSIGN(uint64_t in_pass, in.u64("in a pass"));
     ended_ = ended != 0;
-    if (passes_ < 0 || (times_ >= 0 && passes_ > times_) || (in_pass && passes_ == 0))
+    if (next_pass_ < range_.first || range_.after_last(next_pass_ - 1) || (in_pass && next_pass_ == range_.first))
       return make_error(errc::malformed_input, "iterator state of stage '" + state.stage + "': pass " +
-                                                   std::to_string(passes_) + " does not fit this repeat");
+                                                   std::to_string(next_pass_) + " does not fit this repeat");
     if (!in_pass) return in.done();
     stage_state inner{state.stage, {}, state.held, {}};
     AF_TRY_ASSIGN(inner.data, in.bytes("the pass's position"));
     AF_TRY(in.done());
-    AF_TRY(open_pass(passes_ - 1));
+    AF_TRY(open_pass(next_pass_ - 1));
     return pass_->restore(inner);
   }
 
@@ -79,28 +91,33 @@ class repeat_source final : public element_source {
   }
 
   std::shared_ptr<const node> in_;
-  int64_t times_;
+  pass_range range_;
   build_context ctx_;
-  int64_t passes_ = 0;  // passes opened
+  int64_t next_pass_;  // the pass opened next
   uint64_t in_this_pass_ = 0;
   bool ended_ = false;
   std::unique_ptr<element_source> pass_;
 };
 
+constexpr std::size_t passes_slots = 4;
+
 struct repeat_node final : unary_node {
-  int64_t count;
-  repeat_node(std::shared_ptr<const node> in, int64_t c) : unary_node(std::move(in)), count(c) {}
+  pass_range passes;
+  repeat_node(std::shared_ptr<const node> in, pass_range p) : unary_node(std::move(in)), passes(std::move(p)) {}
   std::string label() const override {
-    return count < 0 ? std::string{"repeat"} : "repeat(" + std::to_string(count) + ")";
+    if (!passes.field.empty())
+      return "passes(" + std::to_string(passes.first) + ", " + std::to_string(passes.count) + ", '" + passes.field + "')";
+    return passes.count < 0 ? std::string{"repeat"} : "repeat(" + std::to_string(passes.count) + ")";
   }
   // An input that generates in place (a file, a range): every pass runs on this stage's thread.
   source_factory savable_source(const build_context& ctx) const override {
     if (!input->savable_source(ctx)) return nullptr;
-    return [in = input, times = count, ctx] { return std::make_unique<repeat_source>(in, times, ctx); };
+    return [in = input, range = passes, ctx] { return std::make_unique<repeat_source>(in, range, ctx); };
   }
   generator_factory inline_source(const build_context& ctx) const override { return as_generator(savable_source(ctx)); }
   pipeline build(const build_context& ctx) const override {
-    if (auto make = savable_source(ctx)) return pipeline::from_savable_source("repeat", make, {.slots = element_slots});
+    if (auto make = savable_source(ctx))
+      return pipeline::from_savable_source("repeat", make, {.slots = passes.field.empty() ? element_slots : passes_slots});
     return build_as_children(ctx);
   }
 
@@ -108,16 +125,18 @@ struct repeat_node final : unary_node {
   // actors inside the topology, or a generator's source stage), opened when the previous pass has
   // ended. A snapshot holds the pass number and the pass's own snapshot.
   pipeline build_as_children(const build_context& ctx) const {
-    auto inputs = numbered_inputs([in = input, times = count, ctx](uint64_t pass) -> expected<std::optional<child_source>> {
-      if (times >= 0 && pass >= static_cast<uint64_t>(times)) return std::optional<child_source>{};
+    auto inputs = numbered_inputs([in = input, range = passes, ctx](uint64_t pass) -> expected<std::optional<child_source>> {
+      if (range.after_last(static_cast<int64_t>(pass))) return std::optional<child_source>{};
       build_context nested = ctx;
       nested.epoch = mix_seed(ctx.epoch, pass);
       return std::optional<child_source>{child_of(*in, nested)};
-    });
+    }, static_cast<uint64_t>(passes.first));
+    // Numbered passes are a trainer's epochs of batches: a few slots, not 64 batches.
+    const std::size_t slots = passes.field.empty() ? element_slots : passes_slots;
     return pipeline::interleave("repeat", std::move(inputs),
                                 {.cycle_length = 1, .block_length = 1, .open_ahead = 0,
-                                 .child_slots = element_slots, .end_on_empty_child = true},
-                                {.slots = element_slots});
+                                 .child_slots = slots, .end_on_empty_child = true, .key_field = passes.field},
+                                {.slots = slots});
   }
   pipeline extend(pipeline up, const build_context&) const override { return up; }
 };
@@ -275,9 +294,9 @@ struct memory_cache_node final : unary_node {
 
 }  // namespace
 
-child_inputs_factory numbered_inputs(numbered_child make) {
-  return [make] {
-    auto opened = std::make_shared<uint64_t>(0);
+child_inputs_factory numbered_inputs(numbered_child make, uint64_t first) {
+  return [make, first] {
+    auto opened = std::make_shared<uint64_t>(first);
     child_inputs in;
     in.open = [make, opened]() -> expected<std::optional<child_source>> {
       auto child = make(*opened);
@@ -307,7 +326,11 @@ child_inputs_factory numbered_inputs(numbered_child make) {
   };
 }
 
-dataset dataset::repeat(int64_t count) const { return dataset{std::make_shared<repeat_node>(root_, count)}; }
+dataset dataset::repeat(int64_t count) const { return dataset{std::make_shared<repeat_node>(root_, pass_range{0, count, {}})}; }
+dataset dataset::passes(int64_t first, int64_t count, std::string pass_field) const {
+  return dataset{std::make_shared<repeat_node>(root_, pass_range{std::max<int64_t>(0, first), std::max<int64_t>(0, count),
+                                                                 std::move(pass_field)})};
+}
 dataset dataset::interleave(dataset_fn fn, int64_t cycle_length, int64_t block_length, int64_t parallelism) const {
   return dataset{std::make_shared<interleave_node>(root_, std::move(fn), cycle_length, block_length, parallelism)};
 }

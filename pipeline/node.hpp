@@ -130,11 +130,11 @@ expected<void> check_resumable(const dataset& ds, const iterator_state& saved);
 /// `ds` positioned after its first `consumed` elements.
 dataset positioned_at(const dataset& ds, uint64_t consumed);
 
-/// Inputs of an interleave numbered 0, 1, ... (repeat passes, zip inputs): `make(i)` is the i-th
-/// child, nullopt after the last. A snapshot saves how many were opened; a child is made again
-/// from its number.
+/// Inputs of an interleave numbered `first`, `first` + 1, ... (repeat passes, zip inputs): `make(i)`
+/// is the i-th child, nullopt after the last; its key is its number. A snapshot saves the next
+/// number; a child is made again from its number.
 using numbered_child = std::function<expected<std::optional<child_source>>(uint64_t index)>;
-child_inputs_factory numbered_inputs(numbered_child make);
+child_inputs_factory numbered_inputs(numbered_child make, uint64_t first = 0);
 
 /// A nested dataset as the child of an interleave stage (repeat passes, interleave children, zip
 /// inputs): its savable source or its generator when it generates in place, else its stages as a

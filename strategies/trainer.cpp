@@ -3,6 +3,7 @@
 #include "strategies/trainer.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "ops/array_ops.hpp"
 #include "ops/train/metrics.hpp"
@@ -24,14 +25,17 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
-/// The iterator state an epoch starts from: unseeded shuffles draw from a base seed fixed by
-/// (fit seed, epoch), so every epoch has its own order and a restored fit replays the same one.
-data::iterator_state epoch_start(const data::dataset& train, uint64_t seed, int epoch) {
-  data::iterator_state s;
-  s.base_seed = mix(seed, static_cast<uint64_t>(epoch) + 1);
-  s.consumed = 0;
-  s.fingerprint = train.to_dot();
-  return s;
+/// The field fit's epochs carry their epoch number in (dataset::passes); models never read it.
+const std::string epoch_field = "__fit_epoch";
+
+/// The base seed of fit's iteration: unseeded shuffles draw from it and from the epoch number
+/// (dataset::passes numbers the passes by epoch), so every epoch has its own order and a restored
+/// fit replays the same one.
+uint64_t fit_base_seed(uint64_t seed) { return mix(seed, 0x5eed); }
+
+/// The position at the start of an epoch, as callbacks see it.
+data::iterator_state epoch_start(const data::dataset& train, uint64_t seed) {
+  return {fit_base_seed(seed), 0, train.to_dot()};
 }
 
 /// Where in the run a batch is, for error messages: "epoch 2/10, batch 17".
@@ -147,46 +151,84 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
   ctx.model = &model;
   ctx.epochs = options.epochs;
   ctx.seed = options.seed;
-  ctx.position = epoch_start(train, options.seed, 0);
+  ctx.position = epoch_start(train, options.seed);
   AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_train_begin(ctx); }));
 
   const bool quiet = options.verbose == verbosity::silent || options.out == nullptr;
   const bool bar = options.verbose == verbosity::auto_detect && is_terminal(options.out);
   const auto inputs = model.input_names();
+  const std::string fingerprint = train.to_dot();
   int64_t batches_per_epoch = options.steps_per_epoch;
   history h;
+
+  // What the replica works with during an epoch. The fit thread sets it up between epochs, while
+  // the feed is paused (or before it starts); the feed's pause and resume hand it over.
+  uint64_t base_seed = ctx.position.base_seed;
+  std::optional<epoch_figures> figures;
+  std::optional<progress_display> progress;
+  int64_t samples = 0;
+  auto epoch_done = [&] { return options.steps_per_epoch > 0 && ctx.batch_in_epoch >= options.steps_per_epoch; };
+  // The replica: runs on the actor the pipeline feeds, one batch at a time; this thread waits.
+  auto train_step = [&](element&& batch) -> expected<data::feed_verdict> {
+    if (const tensor* pass = batch.find(epoch_field)) {
+      const auto epoch_of_batch = pass->item<int64_t>();
+      if (epoch_of_batch > ctx.epoch) return data::feed_verdict::hold;  // the next epoch's first batch
+      if (epoch_of_batch < ctx.epoch)
+        return make_error(errc::protocol_violation, "fit: a batch of epoch " + std::to_string(epoch_of_batch + 1) + " came in epoch " +
+                                              std::to_string(ctx.epoch + 1));
+      std::erase_if(batch.fields, [](const named_tensor& f) { return f.name == epoch_field; });  // not the user's
+    }
+    const std::string place = batch_place(ctx.epoch, options.epochs, ctx.batch_in_epoch, batch);
+    auto x = fields_of(batch, inputs, "an input");
+    auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
+    if (!y) return with_context(y.error_value(), "fit: " + place);
+    auto result = model.train_on_batch(*x, *y, mix(options.seed, static_cast<uint64_t>(model.updates_done())));
+    if (!result) return with_context(result.error_value(), "fit: " + place);
+    const int64_t rows = (*x)[0].dim(0);
+    if (auto ok = figures->add(*result, *y, rows); !ok) return with_context(ok.error_value(), "fit: " + place);
+    ++ctx.batch_in_epoch;
+    samples += rows;
+    ctx.position = {base_seed, static_cast<uint64_t>(ctx.batch_in_epoch), fingerprint};
+    const logs running = figures->values();
+    AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
+    progress->update(ctx.batch_in_epoch, samples, running);
+    return epoch_done() ? data::feed_verdict::stop : data::feed_verdict::more;
+  };
+
+  // The epochs run through one topology (dataset::passes): at an epoch's end the replica holds
+  // the next epoch's first batch and the feed pauses, the pipeline keeps preparing the next
+  // epoch while validation and the callbacks run here, and the feed resumes. With
+  // steps_per_epoch, each epoch is a feed of its own that stops after its steps.
+  std::optional<data::feed_session> session;
   for (int epoch = ctx.epoch; epoch < options.epochs && !ctx.stop_training; ++epoch) {
     ctx.epoch = epoch;
-    const data::iterator_state start = ctx.resume_position ? *ctx.resume_position : epoch_start(train, options.seed, epoch);
-    ctx.resume_position.reset();
-    ctx.batch_in_epoch = static_cast<int64_t>(start.consumed);
-    ctx.position = start;
+    uint64_t skip = 0;
+    if (ctx.resume_position) {
+      base_seed = ctx.resume_position->base_seed;
+      skip = ctx.resume_position->consumed;
+      ctx.resume_position.reset();
+    }
+    ctx.batch_in_epoch = static_cast<int64_t>(skip);
+    ctx.position = {base_seed, skip, fingerprint};
     AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_epoch_begin(ctx); }));
-    AF_TRY_ASSIGN(auto figures, epoch_figures::make(model));
+    AF_TRY_ASSIGN(auto made, epoch_figures::make(model));
+    figures.emplace(std::move(made));
     if (!quiet) std::fprintf(options.out, "Epoch %d/%d\n", epoch + 1, options.epochs);
-    progress_display progress{quiet ? nullptr : options.out, bar, batches_per_epoch};
-    int64_t samples = 0;
-    auto epoch_done = [&] { return options.steps_per_epoch > 0 && ctx.batch_in_epoch >= options.steps_per_epoch; };
-    // The replica: runs on the actor the pipeline feeds, one batch at a time; this thread waits.
-    auto train_step = [&](element&& batch) -> expected<data::feed_verdict> {
-      const std::string place = batch_place(epoch, options.epochs, ctx.batch_in_epoch, batch);
-      auto x = fields_of(batch, inputs, "an input");
-      auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
-      if (!y) return with_context(y.error_value(), "fit: " + place);
-      auto result = model.train_on_batch(*x, *y, mix(options.seed, static_cast<uint64_t>(model.updates_done())));
-      if (!result) return with_context(result.error_value(), "fit: " + place);
-      const int64_t rows = (*x)[0].dim(0);
-      if (auto ok = figures.add(*result, *y, rows); !ok) return with_context(ok.error_value(), "fit: " + place);
-      ++ctx.batch_in_epoch;
-      samples += rows;
-      ctx.position = {start.base_seed, static_cast<uint64_t>(ctx.batch_in_epoch), start.fingerprint};
-      const logs running = figures.values();
-      AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
-      progress.update(ctx.batch_in_epoch, samples, running);
-      return epoch_done() ? data::feed_verdict::stop : data::feed_verdict::more;
-    };
-    if (!epoch_done()) {
-      AF_TRY_ASSIGN(auto fed, data::feed(rt, train, train_step, {.name = "replica", .slots = replica_slots, .from = start}));
+    progress.emplace(quiet ? nullptr : options.out, bar, batches_per_epoch);
+    samples = 0;
+    if (!session && !epoch_done()) {
+      const int passes = options.steps_per_epoch > 0 ? 1 : options.epochs - epoch;
+      const auto epochs = train.passes(epoch, passes, epoch_field);
+      AF_TRY_ASSIGN(auto started, data::start_feed(rt, epochs, train_step,
+                                                   {.name = "replica", .slots = replica_slots,
+                                                    .from = data::iterator_state{base_seed, skip, epochs.to_dot()}}));
+      session.emplace(std::move(started));
+    } else if (session) {
+      session->resume();
+    }
+    if (session && !session->wait()) {
+      auto fed = session->finish();
+      session.reset();
       if (fed.status && !fed.handler_failed)
         return with_context(fed.status, "fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(ctx.batch_in_epoch + 1));
       if (fed.status) return fed.status;
@@ -194,21 +236,22 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     if (ctx.batch_in_epoch == 0)
       return make_error(errc::invalid_argument, "fit: epoch " + std::to_string(epoch + 1) + "/" + std::to_string(options.epochs) +
                                                     ": the training dataset gave no batches");
-    if (batches_per_epoch == 0 && static_cast<int64_t>(start.consumed) == 0) batches_per_epoch = ctx.batch_in_epoch;
-    logs epoch_logs = figures.values();
+    if (batches_per_epoch == 0 && skip == 0) batches_per_epoch = ctx.batch_in_epoch;
+    logs epoch_logs = figures->values();
     if (options.validation_data) {
       auto val = evaluate(rt, model, *options.validation_data, {.targets = options.targets});
       if (!val) return with_context(val.error_value(), "fit: validation after epoch " + std::to_string(epoch + 1));
       for (const auto& [k, v] : *val) epoch_logs.emplace_back("val_" + k, v);
     }
-    progress.finish(ctx.batch_in_epoch, samples, epoch_logs);
+    progress->finish(ctx.batch_in_epoch, samples, epoch_logs);
     // The next epoch starts at its beginning: a snapshot taken now must not replay this one.
-    ctx.position = epoch_start(train, options.seed, epoch + 1);
+    ctx.position = {base_seed, 0, fingerprint};
     ctx.batch_in_epoch = 0;
     ctx.epoch = epoch + 1;
     AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_epoch_end(ctx, epoch_logs); }));
     h.epochs.push_back(std::move(epoch_logs));
   }
+  if (session) session->finish();  // stopped early: the epochs not run are cancelled
   AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_train_end(ctx); }));
   return h;
 }

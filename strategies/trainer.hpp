@@ -104,6 +104,10 @@ struct history {
   std::vector<double> of(const std::string& key) const;
 };
 
+/// Trains on `train`, one pass per epoch. The epochs run through one topology (train.passes):
+/// between epochs the feed pauses, and the pipeline prepares the next epoch while validation and
+/// the callbacks run. With steps_per_epoch, each epoch is a feed of its own that stops after its
+/// steps.
 expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train, fit_options options = {});
 
 struct evaluate_options {

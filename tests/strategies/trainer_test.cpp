@@ -3,12 +3,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "../support/eventually.hpp"
 #include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
 #include "ops/random.hpp"
@@ -314,6 +316,45 @@ TEST_CASE("fit's steps run on the replica actor the pipeline feeds, the caller o
   for (auto id : recorder->batch_threads) CHECK(id != caller);
   REQUIRE(recorder->epoch_threads.size() == 3);
   for (auto id : recorder->epoch_threads) CHECK(id == caller);
+}
+
+namespace {
+
+/// At each epoch's end, waits until the training pipeline has prepared batches of the next epoch.
+class next_epoch_watcher final : public train::callback {
+ public:
+  explicit next_epoch_watcher(std::shared_ptr<std::atomic<int64_t>> made) : made_(std::move(made)) {}
+  expected<void> on_epoch_end(train::fit_context& ctx, const train::logs&) override {
+    if (ctx.epoch < ctx.epochs)
+      prepared.push_back(af::testing::eventually([&] { return made_->load() > ctx.epoch * 6; }, std::chrono::seconds(10)));
+    return {};
+  }
+  std::vector<bool> prepared;
+
+ private:
+  std::shared_ptr<std::atomic<int64_t>> made_;
+};
+
+}  // namespace
+
+TEST_CASE("fit runs its epochs through one topology that prepares the next epoch during validation", "[trainer]") {
+  runtime rt;
+  auto m = blob_model(6);
+  auto made = std::make_shared<std::atomic<int64_t>>(0);
+  auto counted = blobs(60, 10, true).map([made](element e) -> expected<element> {
+    made->fetch_add(1);
+    return e;
+  });
+  auto watcher = std::make_shared<next_epoch_watcher>(made);
+  auto history = train::fit(rt, m, counted,
+                            {.epochs = 3, .validation_data = blobs(30, 10, false), .callbacks = {watcher},
+                             .verbose = train::verbosity::silent, .seed = 5});
+  REQUIRE(history);
+  CHECK(history->epochs.size() == 3);
+  CHECK(m.updates_done() == 18);
+  // After epochs 1 and 2 the pipeline, still up, had made batches of the next epoch.
+  CHECK(watcher->prepared == std::vector<bool>{true, true});
+  CHECK(made->load() == 18);  // and nothing beyond the last epoch
 }
 
 TEST_CASE("evaluate and predict through the replica equal the same batches run directly", "[trainer]") {
