@@ -445,7 +445,7 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
       self->quit(msg.reason);
     }
   });
-  return {
+  return caf::message_handler{
       [self](flow::batch_atom, std::vector<element>& items) {
         take_upstream_batch(self, items, [](parallel_map_actor* a) { run(a); }, [](parallel_map_actor* a, caf::error e) { fail(a, std::move(e)); });
       },
@@ -455,14 +455,6 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
         if (accept_demand(self, *self->state.out, n)) run(self);
       },
       [self](flow::cancel_atom) { finish(self); },
-      [self](flow::snapshot_atom) {
-        self->state.marks.request(self, self->state.in);
-        run(self);
-      },
-      [self](flow::mark_atom, flow::snapshot_ptr& mark) {
-        self->state.marks.on_mark(self->state.in, std::move(mark));
-        run(self);
-      },
       [self](done_atom, uint32_t id, uint64_t seq, std::vector<element>& outputs, caf::error& err,
              int64_t busy_ns) {
         tsan_acquire(outputs.data());  // pairs with the worker's release
@@ -499,7 +491,7 @@ caf::behavior parallel_map_stage(parallel_map_actor* self, stage_spec spec, caf:
         }
         run(self);
       },
-  };
+  }.or_else(snapshot_handlers(self, [](parallel_map_actor* a) { run(a); }));
 }
 
 }  // namespace

@@ -23,35 +23,27 @@ using detail::stage_metrics;
 // -- pipeline -----------------------------------------------------------------------------------
 
 pipeline pipeline::from_generator(std::string name, generator_fn gen, stage_options options) {
-  auto spec = std::make_shared<stage_spec>();
-  spec->what = stage_spec::kind::generator;
-  spec->name = std::move(name);
-  spec->options = options;
-  spec->make_gen = [gen = std::move(gen)] { return gen; };  // a copy per launch
-  pipeline p;
-  p.stages_.push_back(std::move(spec));
-  return p;
+  return from_source(std::move(name), [gen = std::move(gen)] { return gen; }, options);  // a copy per launch
 }
 
 pipeline pipeline::from_source(std::string name, generator_factory make, stage_options options) {
-  auto spec = std::make_shared<stage_spec>();
-  spec->what = stage_spec::kind::generator;
-  spec->name = std::move(name);
-  spec->options = options;
-  spec->make_gen = std::move(make);
-  pipeline p;
-  p.stages_.push_back(std::move(spec));
-  return p;
+  stage_spec spec;
+  spec.make_gen = std::move(make);
+  return source_pipeline(std::move(spec), std::move(name), options);
 }
 
 pipeline pipeline::from_savable_source(std::string name, source_factory make, stage_options options) {
-  auto spec = std::make_shared<stage_spec>();
-  spec->what = stage_spec::kind::generator;
-  spec->name = std::move(name);
-  spec->options = options;
-  spec->make_source = std::move(make);
+  stage_spec spec;
+  spec.make_source = std::move(make);
+  return source_pipeline(std::move(spec), std::move(name), options);
+}
+
+pipeline pipeline::source_pipeline(stage_spec spec, std::string name, stage_options options) {
+  spec.what = stage_spec::kind::generator;
+  spec.name = std::move(name);
+  spec.options = options;
   pipeline p;
-  p.stages_.push_back(std::move(spec));
+  p.stages_.push_back(std::make_shared<stage_spec>(std::move(spec)));
   return p;
 }
 

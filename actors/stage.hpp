@@ -251,6 +251,8 @@ class pipeline {
   const std::vector<std::shared_ptr<const stage_spec>>& stages() const noexcept { return stages_; }
 
  private:
+  // A pipeline of one source stage: `spec` with its generator or source set.
+  static pipeline source_pipeline(stage_spec spec, std::string name, stage_options options);
   std::vector<std::shared_ptr<const stage_spec>> stages_;
 };
 

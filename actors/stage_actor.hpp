@@ -343,6 +343,23 @@ caf::message_handler producer_handlers(Self* self, Run run) {
   };
 }
 
+/// The snapshot handlers of a consuming stage (transform, parallel map; its state has `marks` and
+/// `in`): a request goes upstream, a mark waits until the inputs before it were taken; each then
+/// resumes the stage with `run(self)`.
+template <class Self, class Run>
+caf::message_handler snapshot_handlers(Self* self, Run run) {
+  return {
+      [self, run](flow::snapshot_atom) {
+        self->state.marks.request(self, self->state.in);
+        run(self);
+      },
+      [self, run](flow::mark_atom, flow::snapshot_ptr& mark) {
+        self->state.marks.on_mark(self->state.in, std::move(mark));
+        run(self);
+      },
+  };
+}
+
 /// What a consuming stage (transform, parallel map) does with its upstream's batch, end and
 /// failure. Its state has `in`, `out`, `inputs`, `marks`, `upstream_done` and `upstream_status`; `run`
 /// resumes the stage and `fail` fails it with its own error.

@@ -191,15 +191,8 @@ caf::behavior transform_stage(transform_actor* self, stage_spec spec, caf::actor
         self->state.in.cancel(self);
         self->quit();
       },
-      [self](flow::snapshot_atom) {
-        self->state.marks.request(self, self->state.in);
-        run(self);
-      },
-      [self](flow::mark_atom, flow::snapshot_ptr& mark) {
-        self->state.marks.on_mark(self->state.in, std::move(mark));
-        run(self);
-      },
-  }.or_else(producer_handlers(self, [](transform_actor* a) { run(a); }));
+  }.or_else(snapshot_handlers(self, [](transform_actor* a) { run(a); }))
+      .or_else(producer_handlers(self, [](transform_actor* a) { run(a); }));
 }
 
 }  // namespace
