@@ -29,7 +29,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>

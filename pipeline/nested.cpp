@@ -114,7 +114,6 @@ struct repeat_node final : unary_node {
     if (!input->savable_source(ctx)) return nullptr;
     return [in = input, range = passes, ctx] { return std::make_unique<repeat_source>(in, range, ctx); };
   }
-  generator_factory inline_source(const build_context& ctx) const override { return as_generator(savable_source(ctx)); }
   pipeline build(const build_context& ctx) const override {
     if (auto make = savable_source(ctx))
       return pipeline::from_savable_source("repeat", make, {.slots = passes.field.empty() ? element_slots : passes_slots});
@@ -152,7 +151,6 @@ struct interleave_node final : unary_node {
   }
   pipeline build(const build_context& ctx) const override {
     if (auto outer = input->savable_source(ctx)) return build_merging(std::move(outer), ctx);
-    if (auto outer = input->inline_source(ctx)) return build_merging(as_savable(std::move(outer)), ctx);
     return build_sequential(ctx);
   }
 
@@ -166,29 +164,12 @@ struct interleave_node final : unary_node {
             .child_slots = element_slots};
   }
 
-  // A generator seen as a source without a position (its interleave then cannot be saved).
-  static source_factory as_savable(generator_factory make) {
-    class unsaved final : public element_source {
-     public:
-      explicit unsaved(generator_fn gen) : gen_(std::move(gen)) {}
-      expected<std::optional<element>> next() override { return gen_(); }
-      void save(stage_state&) const override {}
-      expected<void> restore(const stage_state&) override {
-        return make_error(errc::invalid_argument, "a generator cannot restore a position");
-      }
-     private:
-      generator_fn gen_;
-    };
-    return [make] { return std::make_unique<unsaved>(make()); };
-  }
-
   // The input generates in place (file lists, ranges): an interleave stage opens the children and
-  // each runs as a source stage of its own, concurrently; a child that is itself an inline chain
-  // (a file and its per-record maps) runs whole on one scheduler thread. A snapshot holds the
-  // input's position and, per open child, the element it was made of.
+  // each runs as a source stage of its own, concurrently; a child that generates in place (a file
+  // and its per-record maps) runs whole on one scheduler thread. A snapshot holds the input's
+  // position and, per open child, the element it was made of.
   pipeline build_merging(source_factory outer_factory, const build_context& ctx) const {
-    const bool savable = static_cast<bool>(input->savable_source(ctx));
-    auto inputs = [outer_factory, make = fn, ctx, savable]() -> child_inputs {
+    auto inputs = [outer_factory, make = fn, ctx]() -> child_inputs {
       std::shared_ptr<element_source> outer = outer_factory();
       auto child_for = [make, ctx](const element& e) -> expected<child_source> {
         auto child = guarded("interleave function", [&] { return make(e); });
@@ -204,11 +185,9 @@ struct interleave_node final : unary_node {
         child.key = std::move(**next);
         return std::optional<child_source>{std::move(child)};
       };
-      if (savable) {
-        in.save = [outer](stage_state& state) { outer->save(state); };
-        in.restore = [outer](const stage_state& state) { return outer->restore(state); };
-        in.reopen = child_for;
-      }
+      in.save = [outer](stage_state& state) { outer->save(state); };
+      in.restore = [outer](const stage_state& state) { return outer->restore(state); };
+      in.reopen = child_for;
       return in;
     };
     return pipeline::interleave("interleave", child_inputs_factory{std::move(inputs)}, options(), {.slots = element_slots});

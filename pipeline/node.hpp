@@ -65,12 +65,10 @@ struct node {
   virtual std::string label() const = 0;
   /// Upstream nodes (none for sources; several for zip).
   virtual std::vector<const node*> inputs() const { return {}; }
-  /// For sources cheap enough to run on the thread of the stage that reads them (files, ranges):
-  /// a factory of generators of this node's elements. A nested run of such a node (an interleave
-  /// child, a repeat epoch) then costs no actors and no thread hand-off. Null for other nodes.
-  virtual generator_factory inline_source(const build_context&) const { return nullptr; }
-  /// For nodes that generate in place and can save their position (files, ranges, and sequential
-  /// maps or repeats of those): a factory of such sources. Null for other nodes.
+  /// For nodes cheap enough to run on the thread of the stage that reads them (files, ranges, and
+  /// sequential maps or repeats of those): a factory of sources of this node's elements, whose
+  /// position is saved with the iterator. A nested run of such a node (an interleave child, a
+  /// repeat pass) then costs no actors and no thread hand-off. Null for other nodes.
   virtual source_factory savable_source(const build_context&) const { return nullptr; }
   /// This node followed by batch(size, drop_remainder) as one node, when the node can make whole
   /// batches more cheaply than a batch stage stacking its elements (slices of in-memory columns
@@ -78,23 +76,12 @@ struct node {
   virtual std::shared_ptr<const node> batched(std::size_t /*size*/, bool /*drop_remainder*/) const { return nullptr; }
 };
 
-/// A savable source as a plain generator (nested runs save no positions).
-inline generator_factory as_generator(source_factory make) {
-  if (!make) return nullptr;
-  return [make] {
-    std::shared_ptr<element_source> src = make();
-    return generator_fn{[src]() -> expected<std::optional<element>> { return src->next(); }};
-  };
-}
-
-/// A source node: its stage runs the source of savable_source() (whose position is saved with
-/// the iterator), or the generators of inline_source().
+/// A source node: its stage runs the source of savable_source().
 struct source_node : node {
   pipeline build(const build_context& ctx) const override {
-    if (auto make = savable_source(ctx)) return pipeline::from_savable_source(stage_name(), make, source_stage_options());
-    return pipeline::from_source(stage_name(), inline_source(ctx), source_stage_options());
+    return pipeline::from_savable_source(stage_name(), savable_source(ctx), source_stage_options());
   }
-  generator_factory inline_source(const build_context& ctx) const override { return as_generator(savable_source(ctx)); }
+  source_factory savable_source(const build_context& ctx) const override = 0;
   virtual std::string stage_name() const = 0;
   virtual stage_options source_stage_options() const { return {.slots = element_slots, .detached = false}; }
 };
@@ -137,8 +124,8 @@ using numbered_child = std::function<expected<std::optional<child_source>>(uint6
 child_inputs_factory numbered_inputs(numbered_child make, uint64_t first = 0);
 
 /// A nested dataset as the child of an interleave stage (repeat passes, interleave children, zip
-/// inputs): its savable source or its generator when it generates in place, else its stages as a
-/// chain of actors of their own. Either way it runs inside the topology, with no blocking reader.
+/// inputs): its savable source when it generates in place, else its stages as a chain of actors
+/// of their own. Either way it runs inside the topology, with no blocking reader.
 child_source child_of(const node& n, const build_context& ctx);
 
 }  // namespace af::data

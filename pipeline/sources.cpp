@@ -233,7 +233,6 @@ uint64_t structural_salt(const node& n) {
 
 child_source child_of(const node& n, const build_context& ctx) {
   if (auto source = n.savable_source(ctx)) return child_source{.source = std::move(source)};
-  if (auto make = n.inline_source(ctx)) return child_source{make(), false};
   build_context nested = ctx;
   nested.tunables = nullptr;  // the autotuner sees the top-level topology only
   return child_source{.stages = std::make_shared<const pipeline>(n.build(nested))};

@@ -75,30 +75,14 @@ struct map_node final : unary_node {
     return name + " (parallelism " + (parallelism == autotune ? std::string{"autotune"} : std::to_string(parallelism)) +
            (deterministic ? ")" : ", unordered)");
   }
-  // A sequential map over an inline source is inline too: it runs where the source runs (in an
-  // interleave child, on the thread that read the record, while the record is in its cache). Over
-  // a savable source it is savable: the map holds nothing, the position is the source's.
+  // A sequential map over a source that generates in place is such a source too: it runs where
+  // the source runs (in an interleave child, on the thread that read the record, while the record
+  // is in its cache); the map holds nothing, the position is the source's.
   source_factory savable_source(const build_context& ctx) const override {
     if (parallelism != 1) return nullptr;
     auto up = input->savable_source(ctx);
     if (!up) return nullptr;
     return [up, f = fn, what = name + " function", ctx] { return std::make_unique<mapped_source>(up(), f, what, ctx); };
-  }
-  generator_factory inline_source(const build_context& ctx) const override {
-    if (parallelism != 1) return nullptr;
-    if (auto savable = savable_source(ctx)) return as_generator(std::move(savable));
-    auto up = input->inline_source(ctx);
-    if (!up) return nullptr;
-    return [up, f = fn, what = name + " function", ctx] {
-      return generator_fn{[gen = up(), f, what, ctx]() mutable -> expected<std::optional<element>> {
-        for (;;) {
-          auto next = gen();
-          if (!next || !next->has_value()) return next;
-          auto made = map_one(f, what, ctx, std::move(**next));
-          if (!made || made->has_value()) return made;
-        }
-      }};
-    };
   }
   // Consecutive maps with the same parallelism and ordering run as one stage (map fusion): one
   // hop between actors per element instead of one per map.
