@@ -239,6 +239,7 @@ TEST_CASE("a receiver that exits right after the end of the stream leaves the se
     peer_process peer{{"receive"}};
     const uint16_t port = start_receiver(peer);
     auto tx = af::remote_sender::connect(rt, "127.0.0.1", port);
+    INFO((tx ? std::string{} : tx.error_value().to_string()));
     REQUIRE(tx);
     for (int i = 0; i < 3; ++i) REQUIRE(tx->send(payload));
     auto finished = tx->finish();
