@@ -66,6 +66,7 @@ void upstream_finished(sink_actor* self, error status) {
   auto& st = self->state;
   st.in.close();
   if (st.target->holding() > 0) {
+    answer_awaited_marks(self, status);  // a paused target may be waiting for one
     st.deferred_end = std::move(status);
     return;
   }
@@ -82,7 +83,10 @@ void count_consumed(sink_actor* self, std::size_t before_and_delivered) {
 
 void top_up(sink_actor* self) {
   auto& st = self->state;
-  if (st.held < st.slots) st.in.grant_up_to(self, st.slots - st.held, flow::demand_step(st.slots));
+  // While a snapshot's mark is on its way, what a paused target holds takes no credit: the
+  // elements ahead of the mark must get through (at most what the stages held, plus `slots`).
+  const std::size_t held = st.marks_awaited > 0 ? st.held - std::min(st.held, st.target->holding()) : st.held;
+  if (held < st.slots) st.in.grant_up_to(self, st.slots - held, flow::demand_step(st.slots));
   // Waiting only counts while credit is out and nothing has come back for it. A reader's queue
   // records its own spans on the reader thread instead.
   if (st.in.granted() > 0 && st.target->releases_on_delivery())
@@ -102,6 +106,8 @@ caf::behavior sink_stage(sink_actor* self, std::string name, std::size_t slots, 
   st.target = std::move(target);
   st.metrics = std::move(metrics);
   st.in.attach(self);
+  st.held = st.target->holding();  // elements handed in first: the delivery starts with them
+  if (st.target->paused()) self->send(self, resume_atom::value);
   top_up(self);
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& s = self->state;
@@ -172,8 +178,12 @@ caf::behavior sink_stage(sink_actor* self, std::string name, std::size_t slots, 
       [self](flow::snapshot_atom) {
         auto& s = self->state;
         ++s.marks_awaited;
-        if (s.in.closed()) answer_awaited_marks(self, {});
-        else self->send(s.in.producer(), flow::snapshot_atom::value);
+        if (s.in.closed()) {
+          answer_awaited_marks(self, {});
+          return;
+        }
+        self->send(s.in.producer(), flow::snapshot_atom::value);
+        top_up(self);
       },
       [self](flow::mark_atom, flow::snapshot_ptr& mark) {
         auto& s = self->state;

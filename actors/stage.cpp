@@ -263,6 +263,10 @@ void topology::resume_delivery() {
   if (impl_ && impl_->sink) caf::anon_send(impl_->sink, detail::resume_atom::value);
 }
 
+void topology::request_snapshot() {
+  if (impl_ && impl_->sink) caf::anon_send(impl_->sink, flow::snapshot_atom::value);
+}
+
 void topology::shutdown() {
   if (!impl_ || impl_->down) return;
   impl_->down = true;
@@ -307,17 +311,24 @@ std::unique_ptr<topology::impl> spawn_stages(runtime& rt, const pipeline& p) {
 }
 
 // Hands each element to a callback, which may pause the delivery: what arrives meanwhile waits
-// here (its credit stays with the sink) until resume().
+// here (its credit stays with the sink) until resume(). Elements handed in first wait paused
+// until the sink starts the delivery.
 class callback_target final : public detail::sink_target {
  public:
-  callback_target(pausable_handler on_element, done_handler on_done)
-      : on_element_(std::move(on_element)), on_done_(std::move(on_done)) {}
+  explicit callback_target(pausable_delivery d)
+      : on_element_(std::move(d.on_element)), on_done_(std::move(d.on_done)), on_mark_(std::move(d.on_mark)),
+        waiting_(std::make_move_iterator(d.first.begin()), std::make_move_iterator(d.first.end())),
+        paused_(!waiting_.empty()) {}
   expected<void> deliver(std::vector<element>&& batch) override {
     for (auto& e : batch) waiting_.push_back(std::move(e));
     return drain();
   }
   void done(const error& status) override {
     if (on_done_) on_done_(status);
+  }
+  void mark(flow::snapshot_ptr mark) override {
+    if (!on_mark_) return;
+    on_mark_(std::move(*mark), std::vector<element>(waiting_.begin(), waiting_.end()));
   }
   bool releases_on_delivery() const noexcept override { return true; }
   std::size_t holding() const noexcept override { return waiting_.size(); }
@@ -344,6 +355,7 @@ class callback_target final : public detail::sink_target {
 
   pausable_handler on_element_;
   done_handler on_done_;
+  mark_handler on_mark_;
   std::deque<element> waiting_;
   bool paused_ = false;
 };
@@ -402,13 +414,11 @@ topology launch(runtime& rt, const pipeline& p, sink_options options, element_ha
     AF_TRY(on_element(std::move(e)));
     return delivery::more;
   };
-  return launch_pausable(rt, p, std::move(options), std::move(always_more), std::move(on_done));
+  return launch_pausable(rt, p, std::move(options), {.on_element = std::move(always_more), .on_done = std::move(on_done)});
 }
 
-topology launch_pausable(runtime& rt, const pipeline& p, sink_options options, pausable_handler on_element,
-                         done_handler on_done) {
-  return detail::launch_with_sink(
-      rt, p, options, std::make_shared<callback_target>(std::move(on_element), std::move(on_done)));
+topology launch_pausable(runtime& rt, const pipeline& p, sink_options options, pausable_delivery delivery) {
+  return detail::launch_with_sink(rt, p, options, std::make_shared<callback_target>(std::move(delivery)));
 }
 
 }  // namespace af

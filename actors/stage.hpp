@@ -281,6 +281,9 @@ class topology {
   void set_parallelism(std::size_t stage, std::size_t workers);
   /// Continues a sink paused by its handler (launch_pausable); callable from any thread.
   void resume_delivery();
+  /// Asks the pipeline of a launch_pausable() sink for a snapshot, answered through its
+  /// on_mark; callable from any thread.
+  void request_snapshot();
 
   struct impl;
   explicit topology(std::unique_ptr<impl> state);
@@ -319,11 +322,26 @@ enum class delivery {
 /// Called by a pausable sink for each element, on a scheduler thread.
 using pausable_handler = std::function<expected<delivery>(element&&)>;
 
+/// Called by a pausable sink with the snapshot topology::request_snapshot() asked for (see
+/// chain_snapshot) and the elements delivered before its mark and not yet consumed: the
+/// iteration's position is those elements, then the restored stages.
+using mark_handler = std::function<void(chain_snapshot&&, std::vector<element>&&)>;
+
+/// What a pausable sink does with its elements.
+struct pausable_delivery {
+  pausable_handler on_element;
+  done_handler on_done;
+  mark_handler on_mark;
+  /// Elements handed to on_element before the pipeline's (those a resumed iteration had pending).
+  std::vector<element> first;
+};
+
 /// launch() with a handler that may pause the delivery. While paused the sink keeps what arrives
 /// and the credit for it, so the stages upstream fill their slots and stall there (the topology
-/// stays up, its elements prepared); the end of the stream waits behind the held elements.
-topology launch_pausable(runtime& rt, const pipeline& p, sink_options options, pausable_handler on_element,
-                         done_handler on_done);
+/// stays up, its elements prepared); the end of the stream waits behind the held elements. A
+/// snapshot requested while paused gets through: until its mark arrives, held elements take no
+/// credit.
+topology launch_pausable(runtime& rt, const pipeline& p, sink_options options, pausable_delivery delivery);
 
 /// An input iterator over any `Source` with `expected<std::optional<element>> next()`; it equals
 /// std::default_sentinel once the source ends or fails (the source keeps the error).

@@ -30,6 +30,12 @@ dataset positioned_at(const dataset& ds, uint64_t consumed) {
   return consumed == 0 ? ds : ds.skip(static_cast<int64_t>(consumed));
 }
 
+expected<pipeline> resumed_stages(const dataset& ds, const iterator_state& saved, const build_context& ctx) {
+  AF_TRY(check_resumable(ds, saved));
+  if (!saved.stages) return positioned_at(ds, saved.consumed).root()->build(ctx);
+  return ds.root()->build(ctx).resumed(*saved.stages);
+}
+
 namespace {
 
 iterator launch_iteration(runtime& rt, const pipeline& stages, const build_context& ctx, std::string fingerprint,
@@ -59,15 +65,10 @@ iterator dataset::iterate(runtime& rt, autotune_options tuning) const {
 }
 
 expected<iterator> dataset::resume(runtime& rt, const iterator_state& saved, autotune_options tuning) const {
-  AF_TRY(check_resumable(*this, saved));
   auto ctx = top_level_context(rt, saved.base_seed);
-  if (!saved.stages) {
-    auto replayed = positioned_at(*this, saved.consumed).root()->build(ctx);
-    return launch_iteration(rt, replayed, ctx, to_dot(), saved.consumed, {}, tuning);
-  }
-  auto restored = root_->build(ctx).resumed(*saved.stages);
-  if (!restored) return restored.error_value();
-  return launch_iteration(rt, *restored, ctx, to_dot(), saved.consumed, saved.pending, tuning);
+  AF_TRY_ASSIGN(auto stages, resumed_stages(*this, saved, ctx));
+  return launch_iteration(rt, stages, ctx, to_dot(), saved.consumed, saved.stages ? saved.pending : std::vector<element>{},
+                          tuning);
 }
 
 namespace {

@@ -25,6 +25,10 @@ struct feed_progress {
   bool stopped = false;
   uint64_t handled = 0;
   int64_t idle_since_ns = 0;  // when the handler last returned (0: not called yet)
+  // The answer to feed_session::snapshot()'s request.
+  bool marked = false;
+  chain_snapshot mark;
+  std::vector<element> before_mark;
 };
 
 pausable_handler consume_with(feed_handler handler, std::string name, std::shared_ptr<feed_progress> progress,
@@ -67,6 +71,9 @@ pausable_handler consume_with(feed_handler handler, std::string name, std::share
 
 struct feed_session::impl {
   build_context ctx;
+  uint64_t consumed_before = 0;  // elements the resumed position had handed out
+  std::string fingerprint;
+  std::string snapshot_support;
   std::shared_ptr<feed_progress> progress = std::make_shared<feed_progress>();
   topology topo;
   std::unique_ptr<autotuner> tuner;
@@ -102,6 +109,35 @@ void feed_session::resume() {
   impl_->topo.resume_delivery();
 }
 
+iterator_state feed_session::snapshot() {
+  auto& s = *impl_;
+  auto& p = *s.progress;
+  iterator_state out{s.ctx.state->base_seed, s.consumed_before, s.fingerprint, std::nullopt, {}, {}};
+  {
+    std::lock_guard<std::mutex> guard{p.mtx};
+    out.consumed += p.handled;
+    p.marked = false;
+  }
+  if (!s.snapshot_support.empty()) {
+    out.replay_reason = s.snapshot_support;
+    return out;
+  }
+  s.topo.request_snapshot();
+  std::unique_lock<std::mutex> lock{p.mtx};
+  // The sink answers every request before it reports the end, so `done` alone means the request
+  // found it gone.
+  p.changed.wait(lock, [&] { return p.marked || p.done; });
+  if (!p.marked) {
+    out.replay_reason = "the feed had ended";
+  } else if (!p.mark.unsupported.empty()) {
+    out.replay_reason = std::move(p.mark.unsupported);
+  } else {
+    out.stages = std::move(p.mark);
+    out.pending = std::move(p.before_mark);
+  }
+  return out;
+}
+
 feed_result feed_session::finish() {
   auto& s = *impl_;
   auto& p = *s.progress;
@@ -130,17 +166,17 @@ feed_result feed_session::finish() {
 }
 
 expected<feed_session> start_feed(runtime& rt, const dataset& ds, feed_handler handler, feed_options options) {
-  uint64_t base_seed = 0, consumed = 0;
-  if (options.from) {
-    AF_TRY(check_resumable(ds, *options.from));
-    base_seed = options.from->base_seed;
-    consumed = options.from->consumed;
-  } else {
-    base_seed = random_seed();
-  }
   auto state = std::make_unique<feed_session::impl>();
-  state->ctx = top_level_context(rt, base_seed);
-  const pipeline stages = positioned_at(ds, consumed).root()->build(state->ctx);
+  state->ctx = top_level_context(rt, options.from ? options.from->base_seed : random_seed());
+  state->fingerprint = ds.to_dot();
+  std::vector<element> first;
+  auto stages = options.from ? resumed_stages(ds, *options.from, state->ctx) : ds.root()->build(state->ctx);
+  if (!stages) return stages.error_value();
+  if (options.from) {
+    state->consumed_before = options.from->consumed;
+    if (options.from->stages) first = std::move(options.from->pending);
+  }
+  state->snapshot_support = stages->snapshot_support();
 
   auto signals = std::make_shared<consumer_signals>();
   done_handler on_done = [progress = state->progress](const error& status) {
@@ -149,9 +185,18 @@ expected<feed_session> start_feed(runtime& rt, const dataset& ds, feed_handler h
     progress->done = true;
     progress->changed.notify_all();
   };
-  state->topo = launch_pausable(rt, stages, {.slots = std::max<std::size_t>(options.slots, 1), .name = options.name},
-                                consume_with(std::move(handler), options.name, state->progress, signals),
-                                std::move(on_done));
+  mark_handler on_mark = [progress = state->progress](chain_snapshot&& mark, std::vector<element>&& before_mark) {
+    std::lock_guard<std::mutex> guard{progress->mtx};
+    progress->mark = std::move(mark);
+    progress->before_mark = std::move(before_mark);
+    progress->marked = true;
+    progress->changed.notify_all();
+  };
+  state->topo = launch_pausable(rt, *stages, {.slots = std::max<std::size_t>(options.slots, 1), .name = options.name},
+                                {.on_element = consume_with(std::move(handler), options.name, state->progress, signals),
+                                 .on_done = std::move(on_done),
+                                 .on_mark = std::move(on_mark),
+                                 .first = std::move(first)});
 
   std::vector<tunable_stage> knobs;
   {

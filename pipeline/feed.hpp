@@ -40,7 +40,8 @@ struct feed_options {
   std::string name = "consumer";
   /// Elements that may wait for the consumer while its handler works (its prefetch; at least 1).
   std::size_t slots = 2;
-  /// Continue where this saved position left off (iterator::save); from the start otherwise.
+  /// Continue where this saved position left off (iterator::save, feed_session::snapshot): its
+  /// pending elements first, then the stages restored from their state; from the start otherwise.
   std::optional<iterator_state> from;
   /// Limits of the autotuner, which runs while the dataset has autotuned stages.
   autotune_options tuning;
@@ -79,6 +80,11 @@ class feed_session {
   bool wait();
   /// Continues a paused feed.
   void resume();
+  /// The position after the elements handled so far; only while paused. Takes a snapshot of the
+  /// running stages as iterator::save() does: the elements produced meanwhile stay with the feed
+  /// (handled after resume()) and are the position's `pending`. A pipeline with a stage that
+  /// cannot save its state gives a position that replays (replay_reason says why).
+  iterator_state snapshot();
   /// Stops the feed if it still runs (a stop by the caller counts as a clean end) and returns how
   /// it ended; the session is spent afterwards.
   feed_result finish();

@@ -32,7 +32,8 @@ class autotuner;
 /// from them, so it costs what the stages hold, not what the iteration had produced.
 ///
 /// Pipelines with a stage that cannot save its state (`replay_reason` names it: a user generator,
-/// an interleave, zip or repeat, a cache) are resumed by replay instead: the input is run again
+/// also one still running as an interleave's child, a cache, an actor source) are resumed by
+/// replay instead: the input is run again
 /// and the first `consumed` elements dropped. That is exact when the pipeline is deterministic:
 /// maps in order (the default), shuffles seeded or unseeded (the seed is saved), and map
 /// functions that seed their random numbers from the element.

@@ -116,6 +116,10 @@ build_context top_level_context(runtime& rt, uint64_t base_seed);
 expected<void> check_resumable(const dataset& ds, const iterator_state& saved);
 /// `ds` positioned after its first `consumed` elements.
 dataset positioned_at(const dataset& ds, uint64_t consumed);
+/// The stages of `ds` continuing from `saved` (checked with check_resumable): restored from its
+/// stages' state, or replayed up to its position when it has none. Its pending elements come
+/// before these stages' and are the caller's to hand out.
+expected<pipeline> resumed_stages(const dataset& ds, const iterator_state& saved, const build_context& ctx);
 
 /// Inputs of an interleave numbered `first`, `first` + 1, ... (repeat passes, zip inputs): `make(i)`
 /// is the i-th child, nullopt after the last; its key is its number. A snapshot saves the next

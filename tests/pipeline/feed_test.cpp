@@ -281,3 +281,92 @@ TEST_CASE("an interleave with few slots keeps merging after it sent: a skip behi
     CHECK(handled == 19);
   }
 }
+
+TEST_CASE("a paused feed's snapshot continues exactly in a new feed, from its stages' state", "[feed]") {
+  runtime rt{test_runtime_options()};
+  auto mapped = std::make_shared<std::atomic<int64_t>>(0);
+  const auto ds = dataset::range(300)
+                      .map([mapped](element e) -> expected<element> {
+                        mapped->fetch_add(1);
+                        return e;
+                      })
+                      .shuffle(64);
+  const uint64_t base_seed = 21;
+  std::vector<int64_t> whole;
+  REQUIRE(feed(rt, ds, [&](element&& e) -> expected<feed_verdict> {
+    whole.push_back(value_of(e));
+    return feed_verdict::more;
+  }, {.from = iterator_state{base_seed, 0, ds.to_dot()}}));
+  REQUIRE(whole.size() == 300);
+
+  std::vector<int64_t> seen;
+  auto collect = [&](element&& e) -> expected<feed_verdict> {
+    seen.push_back(value_of(e));
+    return seen.size() == 100 ? feed_verdict::pause : feed_verdict::more;
+  };
+  auto first = start_feed(rt, ds, collect, {.slots = 3, .from = iterator_state{base_seed, 0, ds.to_dot()}});
+  REQUIRE(first.has_value());
+  REQUIRE(first->wait());
+  const auto at = first->snapshot();
+  CHECK(at.replay_reason.empty());
+  REQUIRE(at.stages.has_value());
+  CHECK(at.consumed == 100);
+  CHECK_FALSE(at.pending.empty());  // what reached the paused replica's slots
+  CHECK_FALSE(first->finish().status);
+
+  mapped->store(0);
+  auto rest = feed(rt, ds, collect, {.from = at});
+  REQUIRE(rest);
+  CHECK_FALSE(rest->status);
+  CHECK(seen == whole);
+  // Only what followed the snapshot's mark is mapped again: the shuffle buffer and the pending
+  // elements come from the state (a replay would map all 300).
+  CHECK(mapped->load() <= 300 - static_cast<int64_t>(at.pending.size()) - 100 - 64);
+}
+
+TEST_CASE("a snapshot of a feed paused behind the stream's end holds the rest; a generator's replays", "[feed]") {
+  runtime rt{test_runtime_options()};
+  std::vector<int64_t> seen;
+  bool held_once = false;
+  auto hold_at_7 = [&](element&& e) -> expected<feed_verdict> {
+    if (value_of(e) == 7 && !held_once) {
+      held_once = true;
+      return feed_verdict::hold;
+    }
+    seen.push_back(value_of(e));
+    return feed_verdict::more;
+  };
+  const auto ds = dataset::range(10);
+  auto session = start_feed(rt, ds, hold_at_7);
+  REQUIRE(session.has_value());
+  REQUIRE(session->wait());
+  CHECK(af::testing::eventually([&] {
+    // The end arrives behind 7, 8 and 9; a snapshot then needs no mark from the stages.
+    return session->snapshot().pending.size() == 3;
+  }, std::chrono::seconds(10)));
+  const auto at = session->snapshot();
+  REQUIRE(at.stages.has_value());
+  CHECK(at.stages->upstream_ended);
+  session->finish();
+  auto rest = feed(rt, ds, hold_at_7, {.from = at});
+  REQUIRE(rest);
+  CHECK(seen == iota(0, 10));
+
+  auto produced = std::make_shared<std::atomic<int64_t>>(0);
+  const auto generated = counted_numbers(50, produced);
+  seen.clear();
+  auto pause_at_20 = [&](element&& e) -> expected<feed_verdict> {
+    seen.push_back(value_of(e));
+    return seen.size() == 20 ? feed_verdict::pause : feed_verdict::more;
+  };
+  auto gen_session = start_feed(rt, generated, pause_at_20);
+  REQUIRE(gen_session.has_value());
+  REQUIRE(gen_session->wait());
+  const auto replayed = gen_session->snapshot();
+  CHECK_FALSE(replayed.stages.has_value());
+  CHECK_FALSE(replayed.replay_reason.empty());
+  CHECK(replayed.consumed == 20);
+  gen_session->finish();
+  REQUIRE(feed(rt, generated, pause_at_20, {.from = replayed}));
+  CHECK(seen == iota(0, 50));
+}
