@@ -73,8 +73,9 @@ class backup_callback final : public callback {
       return with_context(ok.error_value(), "backup_and_restore: restoring '" + *newest + "'");
     return {};
   }
+  bool needs_position(const fit_context& ctx) const override { return due(ctx); }
   expected<void> on_batch_end(fit_context& ctx, const logs&) override {
-    if (every_ > 0 && ctx.batch_in_epoch % every_ == 0) return save(ctx);
+    if (due(ctx)) return save(ctx);
     return {};
   }
   expected<void> on_epoch_end(fit_context& ctx, const logs&) override { return save(ctx); }
@@ -91,6 +92,7 @@ class backup_callback final : public callback {
     AF_TRY(ckpt::save_numbered(dir_, ctx.model->updates_done(), ctx.snapshot(), 2));
     return {};
   }
+  bool due(const fit_context& ctx) const { return every_ > 0 && ctx.batch_in_epoch % every_ == 0; }
   std::string dir_;
   int64_t every_;
 };

@@ -168,6 +168,13 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
   std::optional<progress_display> progress;
   int64_t samples = 0;
   auto epoch_done = [&] { return options.steps_per_epoch > 0 && ctx.batch_in_epoch >= options.steps_per_epoch; };
+  // Set by the replica when a callback needs the pipeline's position after this batch: the feed
+  // pauses, and this thread takes the snapshot and runs the batch's callbacks.
+  std::optional<logs> batch_end_here;
+  auto position_needed = [&] {
+    return std::any_of(options.callbacks.begin(), options.callbacks.end(),
+                       [&](const auto& cb) { return cb->needs_position(ctx); });
+  };
   // The replica: runs on the actor the pipeline feeds, one batch at a time; this thread waits.
   auto train_step = [&](element&& batch) -> expected<data::feed_verdict> {
     if (const tensor* pass = batch.find(epoch_field)) {
@@ -190,9 +197,26 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     samples += rows;
     ctx.position = {base_seed, static_cast<uint64_t>(ctx.batch_in_epoch), fingerprint};
     const logs running = figures->values();
+    if (!epoch_done() && position_needed()) {
+      batch_end_here = running;
+      return data::feed_verdict::pause;
+    }
     AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
     progress->update(ctx.batch_in_epoch, samples, running);
     return epoch_done() ? data::feed_verdict::stop : data::feed_verdict::more;
+  };
+  // A pause the replica asked for after a batch: the position for its callbacks, which run here.
+  auto run_batch_end_here = [&](data::feed_session& feed) -> expected<void> {
+    const logs running = std::move(*batch_end_here);
+    batch_end_here.reset();
+    auto at = feed.snapshot();
+    at.base_seed = base_seed;
+    at.consumed = static_cast<uint64_t>(ctx.batch_in_epoch);
+    at.fingerprint = fingerprint;
+    ctx.position = std::move(at);
+    AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
+    progress->update(ctx.batch_in_epoch, samples, running);
+    return {};
   };
 
   // The epochs run through one topology (dataset::passes): at an epoch's end the replica holds
@@ -203,9 +227,11 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
   for (int epoch = ctx.epoch; epoch < options.epochs && !ctx.stop_training; ++epoch) {
     ctx.epoch = epoch;
     uint64_t skip = 0;
+    std::optional<data::iterator_state> restored;
     if (ctx.resume_position) {
       base_seed = ctx.resume_position->base_seed;
       skip = ctx.resume_position->consumed;
+      restored = std::move(ctx.resume_position);
       ctx.resume_position.reset();
     }
     ctx.batch_in_epoch = static_cast<int64_t>(skip);
@@ -219,19 +245,34 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     if (!session && !epoch_done()) {
       const int passes = options.steps_per_epoch > 0 ? 1 : options.epochs - epoch;
       const auto epochs = train.passes(epoch, passes, epoch_field);
+      data::iterator_state from{base_seed, skip, epochs.to_dot()};
+      if (restored && restored->stages) {
+        // The stages' state of the saved run (the passes from its first epoch; a pass keeps its
+        // number, so they continue in these passes), and the batches it had ready.
+        from.stages = std::move(restored->stages);
+        from.pending = std::move(restored->pending);
+      }
       AF_TRY_ASSIGN(auto started, data::start_feed(rt, epochs, train_step,
-                                                   {.name = "replica", .slots = replica_slots,
-                                                    .from = data::iterator_state{base_seed, skip, epochs.to_dot()}}));
+                                                   {.name = "replica", .slots = replica_slots, .from = std::move(from)}));
       session.emplace(std::move(started));
     } else if (session) {
       session->resume();
     }
-    if (session && !session->wait()) {
-      auto fed = session->finish();
-      session.reset();
-      if (fed.status && !fed.handler_failed)
-        return with_context(fed.status, "fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(ctx.batch_in_epoch + 1));
-      if (fed.status) return fed.status;
+    while (session) {
+      const bool paused = session->wait();
+      if (paused && batch_end_here) {
+        AF_TRY(run_batch_end_here(*session));
+        session->resume();
+        continue;
+      }
+      if (!paused) {
+        auto fed = session->finish();
+        session.reset();
+        if (fed.status && !fed.handler_failed)
+          return with_context(fed.status, "fit: epoch " + std::to_string(epoch + 1) + ", batch " + std::to_string(ctx.batch_in_epoch + 1));
+        if (fed.status) return fed.status;
+      }
+      break;
     }
     if (ctx.batch_in_epoch == 0)
       return make_error(errc::invalid_argument, "fit: epoch " + std::to_string(epoch + 1) + "/" + std::to_string(options.epochs) +

@@ -6,7 +6,8 @@
 // pipeline feeds through the credit protocol (data::feed), so the stage actors prepare the next
 // batches while a step runs and at most two wait for it; the calling thread only waits, and
 // runs the validation between epochs. Per-batch callbacks (on_batch_end) run on the replica
-// between its steps, epoch and train callbacks on the calling thread.
+// between its steps (after a batch whose position a callback needs, on the calling thread while
+// the replica waits), epoch and train callbacks on the calling thread.
 //
 //   af::runtime rt;
 //   auto train = af::data::dataset::from_tfrecord({"data/digits/train.tfrecord"})
@@ -71,6 +72,11 @@ class callback {
   virtual ~callback() = default;
   virtual expected<void> on_train_begin(fit_context&) { return {}; }
   virtual expected<void> on_epoch_begin(fit_context&) { return {}; }
+  /// True when on_batch_end, after the batch ctx.batch_in_epoch counts, will save ctx.position.
+  /// fit then pauses the feed and takes a snapshot of the pipeline's stages for it, so that a
+  /// restore continues from their state instead of replaying the epoch so far; that batch's
+  /// on_batch_end calls run on the calling thread while the replica waits.
+  virtual bool needs_position(const fit_context&) const { return false; }
   virtual expected<void> on_batch_end(fit_context&, const logs&) { return {}; }
   /// `epoch_logs` hold the training figures and, with validation data, the val_ ones.
   virtual expected<void> on_epoch_end(fit_context&, const logs& epoch_logs) { (void)epoch_logs; return {}; }
