@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <system_error>
 
 #include "serialization/crc32c.hpp"
@@ -473,6 +475,40 @@ expected<void> save(const std::string& dir_arg, const checkpoint& ck) {
   return {};
 }
 
+namespace {
+
+// What load() and load_mapped() check before the tensors' bytes: index, metadata, the data file's
+// size. The data file is left open.
+struct opened_checkpoint {
+  std::string data_path;
+  std::vector<index_entry> entries;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::unique_ptr<file_handle> data;
+  uint64_t data_bytes = 0;
+};
+
+expected<opened_checkpoint> open_checkpoint(const std::string& dir) {
+  opened_checkpoint out;
+  const std::string index_path = dir + "/index";
+  const std::string metadata_path = dir + "/metadata";
+  out.data_path = dir + "/data";
+  AF_TRY_ASSIGN(std::string index_bytes, read_small_file(index_path));
+  AF_TRY_ASSIGN(out.entries, parse_index(index_path, index_bytes, out.data_bytes));
+  AF_TRY_ASSIGN(std::string metadata_bytes, read_small_file(metadata_path));
+  AF_TRY_ASSIGN(out.metadata, parse_metadata(metadata_path, metadata_bytes));
+  out.data = std::make_unique<file_handle>(::open(out.data_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (out.data->fd < 0) return os_error("cannot open", out.data_path);
+  struct stat st {};
+  if (::fstat(out.data->fd, &st) != 0) return os_error("cannot stat", out.data_path);
+  if (static_cast<uint64_t>(st.st_size) != out.data_bytes)
+    return corrupt(out.data_path, std::string{"is "} + std::to_string(st.st_size) + " bytes, the index expects " +
+                                      std::to_string(out.data_bytes) +
+                                      (static_cast<uint64_t>(st.st_size) < out.data_bytes ? " (truncated)" : ""));
+  return out;
+}
+
+}  // namespace
+
 expected<checkpoint> load(const std::string& dir_arg) {
   std::string dir = normalized(dir_arg);
   std::error_code ec;
@@ -481,33 +517,51 @@ expected<checkpoint> load(const std::string& dir_arg) {
     if (old.empty()) return make_error(errc::io_error, "checkpoint: directory " + in_quotes(dir) + " does not exist");
     dir = old;
   }
-  const std::string index_path = dir + "/index";
-  const std::string data_path = dir + "/data";
-  const std::string metadata_path = dir + "/metadata";
-
-  AF_TRY_ASSIGN(std::string index_bytes, read_small_file(index_path));
-  uint64_t data_bytes = 0;
-  AF_TRY_ASSIGN(auto entries, parse_index(index_path, index_bytes, data_bytes));
-  AF_TRY_ASSIGN(std::string metadata_bytes, read_small_file(metadata_path));
+  AF_TRY_ASSIGN(auto opened, open_checkpoint(dir));
   checkpoint ck;
-  AF_TRY_ASSIGN(ck.metadata, parse_metadata(metadata_path, metadata_bytes));
-
-  file_handle f(::open(data_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (f.fd < 0) return os_error("cannot open", data_path);
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) return os_error("cannot stat", data_path);
-  if (static_cast<uint64_t>(st.st_size) != data_bytes)
-    return corrupt(data_path, std::string{"is "} + std::to_string(st.st_size) + " bytes, the index expects " +
-                                  std::to_string(data_bytes) + (static_cast<uint64_t>(st.st_size) < data_bytes ? " (truncated)" : ""));
-  for (const index_entry& e : entries) {
+  ck.metadata = std::move(opened.metadata);
+  for (const index_entry& e : opened.entries) {
     auto t = tensor::empty(e.dims, e.type);
-    if (!t) return with_context(t.error_value(), "checkpoint file " + in_quotes(data_path) + ": tensor '" + e.name + "'");
-    if (e.nbytes > 0) AF_TRY(read_at(f.fd, t->raw_data(), e.nbytes, e.offset, data_path));
+    if (!t) return with_context(t.error_value(), "checkpoint file " + in_quotes(opened.data_path) + ": tensor '" + e.name + "'");
+    if (e.nbytes > 0) AF_TRY(read_at(opened.data->fd, t->raw_data(), e.nbytes, e.offset, opened.data_path));
     const uint32_t crc = e.nbytes ? crc32c(t->raw_data(), e.nbytes) : 0;
-    if (crc != e.crc) return corrupt(data_path, "tensor '" + e.name + "': digest mismatch (corrupt data)");
+    if (crc != e.crc) return corrupt(opened.data_path, "tensor '" + e.name + "': digest mismatch (corrupt data)");
     ck.tensors.push_back({e.name, std::move(*t)});
   }
   return ck;
+}
+
+expected<mapped_checkpoint> load_mapped(const std::string& dir_arg) {
+  const std::string dir = normalized(dir_arg);
+  AF_TRY_ASSIGN(auto opened, open_checkpoint(dir));
+  mapped_checkpoint out;
+  out.data_path = opened.data_path;
+  out.ck.metadata = std::move(opened.metadata);
+  std::shared_ptr<void> mapping;
+  if (opened.data_bytes > 0) {
+    void* base = ::mmap(nullptr, opened.data_bytes, PROT_READ, MAP_PRIVATE, opened.data->fd, 0);
+    if (base == MAP_FAILED) return os_error("cannot map", opened.data_path);
+    const std::size_t length = opened.data_bytes;
+    mapping = std::shared_ptr<void>(base, [length](void* p) { ::munmap(p, length); });
+  }
+  for (const index_entry& e : opened.entries) {
+    // Each tensor is a view of the mapping; its storage keeps the whole mapping alive.
+    char* bytes = e.nbytes ? static_cast<char*>(mapping.get()) + e.offset : nullptr;
+    auto buf = std::make_shared<storage>(bytes, e.nbytes, device::cpu(), [mapping](void*) {});
+    tensor t{e.type, e.dims, contiguous_strides(e.dims), 0, std::move(buf)};
+    out.ck.tensors.push_back({e.name, std::move(t)});
+    out.digests.push_back(e.crc);
+  }
+  return out;
+}
+
+expected<void> verify_digests(const mapped_checkpoint& mapped) {
+  for (std::size_t i = 0; i < mapped.ck.tensors.size(); ++i) {
+    const auto& [name, t] = mapped.ck.tensors[i];
+    const uint32_t crc = t.nbytes() ? crc32c(t.raw_data(), static_cast<std::size_t>(t.nbytes())) : 0;
+    if (crc != mapped.digests[i]) return corrupt(mapped.data_path, "tensor '" + name + "': digest mismatch (corrupt data)");
+  }
+  return {};
 }
 
 expected<std::string> save_numbered(const std::string& base, int64_t step, const checkpoint& ck, int keep_last) {

@@ -62,6 +62,19 @@ expected<void> save(const std::string& dir, const checkpoint& ck);
 /// a shape too large to address, a tensor name that repeats.
 expected<checkpoint> load(const std::string& dir);
 
+/// A checkpoint whose tensors are read-only views of its data file mapped into memory: nothing is
+/// read or copied. Index, metadata and the data file's size are checked as load() checks them; the
+/// tensors' digests are not (that reads every byte): verify_digests() does.
+struct mapped_checkpoint {
+  checkpoint ck;
+  std::vector<uint32_t> digests;  ///< per tensor, as the index records them
+  std::string data_path;
+};
+/// `dir` mapped (no `.old-*` fallback: for directories written once, as a SavedModel's variables).
+expected<mapped_checkpoint> load_mapped(const std::string& dir);
+/// Checks every mapped tensor against its digest; malformed_input naming the file and tensor.
+expected<void> verify_digests(const mapped_checkpoint& mapped);
+
 /// Saves `ck` as `base/ckpt-<step>` (atomically, as save()), then removes all but the newest
 /// `keep_last` `ckpt-<n>` directories of `base` (keep_last <= 0 keeps all). Returns the path written.
 /// invalid_argument for a negative step.

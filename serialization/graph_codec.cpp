@@ -299,8 +299,10 @@ graph::module get_module(schema::Module::Reader in) {
   for (auto s : in.getSignatures()) {
     std::string name = text(s.getName(), "signature " + std::to_string(m.signatures.size()));
     const std::string where = "signature '" + name + "'";
-    m.signatures.push_back({std::move(name), text(s.getFunction(), where + " function"), get_specs(s.getInputs(), where + " input"),
-                            get_specs(s.getOutputs(), where + " output")});
+    graph::signature sig{std::move(name), text(s.getFunction(), where + " function"), get_specs(s.getInputs(), where + " input"),
+                         get_specs(s.getOutputs(), where + " output"), {}};
+    for (auto c : s.getCaptures()) sig.captures.push_back(text(c, where + " capture " + std::to_string(sig.captures.size())));
+    m.signatures.push_back(std::move(sig));
   }
   auto checked = m.verify();
   if (!checked) refuse(checked.error_value().message);
@@ -327,6 +329,8 @@ std::string encode_module(const graph::module& m) {
     out.setFunction(s.function);
     put_specs(out.initInputs(static_cast<unsigned>(s.inputs.size())), s.inputs);
     put_specs(out.initOutputs(static_cast<unsigned>(s.outputs.size())), s.outputs);
+    auto captures = out.initCaptures(static_cast<unsigned>(s.captures.size()));
+    for (std::size_t c = 0; c < s.captures.size(); ++c) captures.set(static_cast<unsigned>(c), s.captures[c]);
   }
   auto words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();

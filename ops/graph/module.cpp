@@ -1,5 +1,6 @@
 #include "ops/graph/module.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace af::graph {
@@ -85,14 +86,31 @@ expected<void> module::verify() const {
     if (!names.insert(s.name).second) return invalid(where + " is defined twice");
     const graph* body = find_function(s.function);
     if (!body) return invalid(where + " calls function '" + s.function + "', which the module lacks");
-    AF_TRY(matches(s.inputs, inputs_of(*body), where + " input"));
+    auto params = inputs_of(*body);
+    if (s.inputs.size() + s.captures.size() != params.size())
+      return invalid(where + ": " + std::to_string(s.inputs.size()) + " inputs and " + std::to_string(s.captures.size()) +
+                     " captures listed, the function has " + std::to_string(params.size()) + " parameters");
+    for (std::size_t i = 0; i < s.captures.size(); ++i)
+      if (s.captures[i] != params[s.inputs.size() + i].name)
+        return invalid(where + " capture " + std::to_string(i) + ": '" + s.captures[i] + "' listed, the function's is '" +
+                       params[s.inputs.size() + i].name + "'");
+    params.resize(s.inputs.size());
+    AF_TRY(matches(s.inputs, params, where + " input"));
     AF_TRY(matches(s.outputs, outputs_of(*body), where + " output"));
   }
   return {};
 }
 
 signature signature_of(std::string name, std::string function, const graph& g) {
-  return {std::move(name), std::move(function), inputs_of(g), outputs_of(g)};
+  return {std::move(name), std::move(function), inputs_of(g), outputs_of(g), {}};
+}
+
+signature signature_of(std::string name, std::string function, const graph& g, std::size_t inputs) {
+  auto s = signature_of(std::move(name), std::move(function), g);
+  inputs = std::min(inputs, s.inputs.size());
+  for (std::size_t i = inputs; i < s.inputs.size(); ++i) s.captures.push_back(s.inputs[i].name);
+  s.inputs.resize(inputs);
+  return s;
 }
 
 }  // namespace af::graph

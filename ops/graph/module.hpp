@@ -30,6 +30,9 @@ struct signature {
   std::string function;  ///< the function it calls
   std::vector<tensor_spec> inputs;
   std::vector<tensor_spec> outputs;
+  /// The function's parameters after `inputs`, by name: values the caller does not pass, bound
+  /// to saved variables of the same name (a SavedModel's weights).
+  std::vector<std::string> captures;
   friend bool operator==(const signature&, const signature&) = default;
 };
 
@@ -45,12 +48,15 @@ struct module {
   const graph* find_function(std::string_view name) const noexcept;
   const signature* find_signature(std::string_view name) const noexcept;
   /// Names unique; every function verified (graph::verify) with unique input and output names;
-  /// every signature names a function whose inputs and outputs it lists by name, in order, with
-  /// the same dtypes and shapes that fit. invalid_argument naming the function or signature.
+  /// every signature names a function whose inputs (then captures) and outputs it lists by name,
+  /// in order, with the same dtypes and shapes that fit. invalid_argument naming the function or
+  /// signature.
   expected<void> verify() const;
 };
 
 /// The signature `name` of `function`: its parameters (by label) and outputs (by name) as they are.
 signature signature_of(std::string name, std::string function, const graph& g);
+/// The same with only the first `inputs` parameters as inputs, the rest captured by name.
+signature signature_of(std::string name, std::string function, const graph& g, std::size_t inputs);
 
 }  // namespace af::graph

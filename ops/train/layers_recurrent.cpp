@@ -22,7 +22,7 @@ sym gate(const sym& z, int64_t part, int64_t units) {
 sym project_all_steps(const sym& x, const sym& kernel, const std::optional<sym>& bias) {
   const auto d = x.dims();
   const int64_t k = kernel.dims()[1];
-  sym z = af::matmul(af::reshape(x, {d[0] * d[1], d[2]}), kernel);
+  sym z = af::matmul(af::reshape(x, {-1, d[2]}), kernel);  // -1: the batch may be unknown (a saved signature)
   if (bias) z = z + *bias;
   return af::reshape(z, {d[0], d[1], k});
 }

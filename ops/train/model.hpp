@@ -121,6 +121,12 @@ class model {
   expected<batch_result> test_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets);
   expected<std::vector<tensor>> predict_on_batch(const std::vector<tensor>& inputs);
 
+  /// The inference computation (dropout off, moving statistics used) as a graph, for saving it
+  /// (serialization/saved_model.hpp): parameters are the inputs, any batch size, named as
+  /// input_names(), then every weight named as weights() has it; outputs are named as the
+  /// model's. Needs no compile.
+  expected<graph::graph> inference_graph() const;
+
   /// Fresh streaming metrics for output `index` as compiled ("accuracy", ...).
   expected<std::vector<std::unique_ptr<metrics::metric>>> make_metrics(std::size_t output) const;
 

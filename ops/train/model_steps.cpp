@@ -153,7 +153,9 @@ expected<std::vector<tensor>> checked_batch(const model::impl& m, const std::vec
 std::string output_name(const model::impl& m, std::size_t i) {
   const auto& out = m.outputs[i];
   if (!out.node->applied) return out.node->input_name;
-  return m.local_names.at(out.node->applied.get()) + (out.index ? ":" + std::to_string(out.index) : std::string{});
+  std::string name = m.local_names.at(out.node->applied.get());
+  if (out.index) name.append(":").append(std::to_string(out.index));  // append: GCC 12 -Wrestrict misfires on "x" + s
+  return name;
 }
 
 std::vector<std::string> prefixed(const std::string& prefix, std::vector<std::string> names) {
@@ -325,6 +327,24 @@ expected<std::vector<tensor>> model::predict_on_batch(const std::vector<tensor>&
   std::vector<tensor> args = inputs;
   args.insert(args.end(), m.values.begin(), m.values.end());
   return (*m.predict_step)(args);
+}
+
+expected<graph::graph> model::inference_graph() const {
+  const auto& m = *impl_;
+  const std::size_t nx = m.inputs.size();
+  const step_names n = names_of(m);
+  std::vector<graph::value_type> signature;
+  for (const auto& spec : input_specs()) {
+    graph::value_type batched = spec;
+    batched.dims.insert(batched.dims.begin(), -1);
+    signature.push_back(std::move(batched));
+  }
+  for (const auto& v : m.values) signature.push_back({v.type(), v.shape()});
+  return trace_graph([&m, nx](const std::vector<sym>& in) {
+    const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
+    const std::vector<sym> w(in.begin() + static_cast<std::ptrdiff_t>(nx), in.end());
+    return m.forward(x, w, nullptr, false, nullptr);
+  }, signature, joined(n.features, n.weights), n.outputs);
 }
 
 expected<std::vector<std::unique_ptr<metrics::metric>>> model::make_metrics(std::size_t output) const {

@@ -79,6 +79,7 @@ struct Signature {
   function @1 :Text;
   inputs @2 :List(TensorSpec);
   outputs @3 :List(TensorSpec);
+  captures @4 :List(Text);   # the function's parameters after the inputs: saved variables by name
 }
 
 struct TensorSpec {
