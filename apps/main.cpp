@@ -25,6 +25,8 @@ const command commands[] = {
     {"records", "look into TFRecord files: records cat|verify|count FILE...", af::apps::run_records},
     {"digits", "sklearn's 8x8 digits CSV to train/test TFRecords: digits [--csv PATH] [--out DIR]",
      af::apps::run_digits},
+    {"saved_model", "look into and run SavedModel directories: saved_model show|run --dir DIR ...",
+     af::apps::run_saved_model},
 };
 
 int usage(FILE* out) {

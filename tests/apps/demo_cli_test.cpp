@@ -93,6 +93,19 @@ TEST_CASE("actorflow demo converts the digits, trains the CNN past 0.97 and writ
   CHECK(count_tag(validation, "epoch_accuracy") == 12);
   CHECK(validation.back().step == 11);
 
+  // The trained model as a SavedModel, run by a new process on the saved test batch: the live
+  // model's predictions, bit for bit.
+  CHECK_THAT(r.out, Contains("saved the model to actorflow_demo_model/1/"));
+  auto served = actorflow({"saved_model", "run", "--dir", "actorflow_demo_model/1", "--signature_def", "serving_default",
+                           "--inputs", "image=actorflow_demo_check/images.npy", "--outdir", "served"},
+                          cwd.path, std::chrono::seconds(60));
+  INFO(describe(served));
+  REQUIRE(served.exit_code == 0);
+  std::vector<fs::path> outputs;
+  for (const auto& e : fs::directory_iterator(cwd.path / "served")) outputs.push_back(e.path());
+  REQUIRE(outputs.size() == 1);
+  CHECK(read_text(outputs[0]) == read_text(cwd.path / "actorflow_demo_check/predictions.npy"));
+
   // A second run finds the converted files and does not convert again.
   auto again = actorflow({"demo", "--epochs", "1", "--trace", "short.json"}, cwd.path, std::chrono::seconds(120));
   INFO(describe(again));
