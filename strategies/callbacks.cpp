@@ -1,11 +1,13 @@
 #include "strategies/callbacks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 
 #include "serialization/checkpoint.hpp"
+#include "serialization/saved_model.hpp"
 #include "serialization/tfevents.hpp"
 
 namespace af::train {
@@ -52,11 +54,30 @@ class checkpoint_callback final : public callback {
       auto v = monitor_.value(l);
       if (v && !monitor_.improved(*v)) return {};
     }
+    if (options_.saved_model) return export_version(ctx);
     AF_TRY(ckpt::save_numbered(dir_, ctx.epoch, ctx.snapshot(), options_.keep_last));
     return {};
   }
 
  private:
+  // `dir_`/<epochs done> as a SavedModel; then only the newest keep_last versions stay.
+  expected<void> export_version(const fit_context& ctx) {
+    const std::string version = (fs::path(dir_) / std::to_string(ctx.epoch)).string();
+    AF_TRY(saved_model::save(*ctx.model, version, {.overwrite = true}));
+    if (options_.keep_last <= 0) return {};
+    std::error_code ec;
+    std::vector<int64_t> versions;
+    for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.empty() && name.size() < 18 && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        versions.push_back(std::stoll(name));
+    }
+    std::sort(versions.begin(), versions.end(), std::greater<>());
+    for (std::size_t i = static_cast<std::size_t>(options_.keep_last); i < versions.size(); ++i)
+      fs::remove_all(fs::path(dir_) / std::to_string(versions[i]), ec);
+    return {};
+  }
+
   std::string dir_;
   checkpoint_options options_;
   monitor monitor_;

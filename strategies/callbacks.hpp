@@ -21,9 +21,13 @@ struct checkpoint_options {
   bool save_best_only = false;
   /// Numbered checkpoints kept (0: all).
   int keep_last = 3;
+  /// Write a SavedModel (serialization/saved_model.hpp) as `directory`/<epochs done>, the version
+  /// directories a model server picks up, instead of a training snapshot.
+  bool saved_model = false;
 };
 /// After each epoch: `directory`/ckpt-<epochs done>, a complete snapshot (the model's weights and
-/// optimizer state, the epoch and the iterator position) written atomically.
+/// optimizer state, the epoch and the iterator position) written atomically; or, with
+/// saved_model, the model for serving as `directory`/<epochs done>.
 std::shared_ptr<callback> model_checkpoint(std::string directory, checkpoint_options options = {});
 
 /// Fault tolerance (tf.keras.callbacks.BackupAndRestore): saves a snapshot to `directory` after

@@ -19,6 +19,7 @@
 #include "actors/runtime.hpp"
 #include "ops/random.hpp"
 #include "ops/train/layers.hpp"
+#include "serialization/saved_model.hpp"
 #include "strategies/callbacks.hpp"
 
 using namespace af;
@@ -179,4 +180,29 @@ TEST_CASE("model_checkpoint on val_loss with save_best_only writes only the impr
   auto scores = train::evaluate(rt, fresh, validation_set());
   REQUIRE(scores);
   CHECK(*train::find_log(*scores, "loss") == Approx(lowest).epsilon(1e-6));
+}
+
+TEST_CASE("model_checkpoint with saved_model writes version directories a server loads, keeping the newest",
+          "[trainer][callbacks]") {
+  testing::scratch_dir scratch{"af_export"};
+  const std::string dir = scratch.file("exported");
+  runtime rt;
+  auto model = small_classifier();
+  auto h = train::fit(rt, model, labels_turning_wrong(),
+                      {.epochs = 4,
+                       .callbacks = {train::model_checkpoint(dir, {.keep_last = 2, .saved_model = true})},
+                       .verbose = train::verbosity::silent,
+                       .seed = 1});
+  REQUIRE(h);
+  std::set<std::string> versions;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) versions.insert(entry.path().filename().string());
+  CHECK(versions == std::set<std::string>{"3", "4"});
+  auto served = saved_model::load(dir + "/4");
+  REQUIRE(served);
+  const tensor x = random_normal({5, model.input_specs()[0].dims[0]}, 8).value();
+  auto live = model.predict_on_batch({x});
+  auto loaded = served->call("serving_default", {x});
+  REQUIRE(live);
+  REQUIRE(loaded);
+  CHECK((*loaded)[0].to_vector<float>() == (*live)[0].to_vector<float>());
 }
