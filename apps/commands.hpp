@@ -11,5 +11,6 @@ int run_topology_demo(int argc, char** argv);
 int run_records(int argc, char** argv);
 int run_digits(int argc, char** argv);
 int run_saved_model(int argc, char** argv);
+int run_import(int argc, char** argv);
 
 }  // namespace af::apps

@@ -27,6 +27,7 @@ const command commands[] = {
      af::apps::run_digits},
     {"saved_model", "look into and run SavedModel directories: saved_model show|run --dir DIR ...",
      af::apps::run_saved_model},
+    {"import", "bring a model in: import keras MODEL.keras OUT_DIR (a SavedModel)", af::apps::run_import},
 };
 
 int usage(FILE* out) {

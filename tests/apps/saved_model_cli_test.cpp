@@ -3,7 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "../support/scratch_dir.hpp"
 #include "cli_test_support.hpp"
@@ -113,4 +115,38 @@ TEST_CASE("actorflow saved_model names what is wrong: directory, signature, inpu
   }
   auto unknown = actorflow({"saved_model", "show", "--dir", "m", "--frobnicate"}, cwd.path);
   CHECK(unknown.exit_code == 2);
+}
+
+TEST_CASE("actorflow import keras writes a SavedModel that predicts Keras' numbers; a layer we lack is named",
+          "[cli][saved_model][keras]") {
+  scratch_dir cwd{"af_cli_import"};
+  const fs::path models = fs::path(AF_TESTS_DIR) / "data/keras_models";
+  auto imported = actorflow({"import", "keras", (models / "two_inputs.keras").string(), "served"}, cwd.path);
+  INFO(describe(imported));
+  REQUIRE(imported.exit_code == 0);
+  CHECK_THAT(imported.out, Contains("as SavedModel 'served'"));
+  auto run = actorflow({"saved_model", "run", "--dir", "served", "--signature_def", "serving_default", "--inputs",
+                        "u=" + (models / "two_inputs.input0.npy").string() + ";v=" + (models / "two_inputs.input1.npy").string(),
+                        "--outdir", "out"},
+                       cwd.path);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  std::vector<fs::path> written;
+  for (const auto& e : fs::directory_iterator(cwd.path / "out")) written.push_back(e.path());
+  REQUIRE(written.size() == 1);  // named after Keras' output layer
+  auto ours = npy::read(written[0].string());
+  auto keras = npy::read((models / "two_inputs.output0.npy").string());
+  REQUIRE(ours);
+  REQUIRE(keras);
+  const auto a = ours->to_vector<float>(), b = keras->to_vector<float>();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 1e-5f * (1 + std::fabs(b[i])));
+
+  auto again = actorflow({"import", "keras", (models / "two_inputs.keras").string(), "served"}, cwd.path);
+  CHECK(again.exit_code == 1);
+  CHECK_THAT(again.err, Contains("exists"));
+  auto lacking = actorflow({"import", "keras", (models / "unsupported_conv1d.keras").string(), "other"}, cwd.path);
+  CHECK(lacking.exit_code == 1);
+  CHECK_THAT(lacking.err, Contains("the layer kind Conv1D is not supported"));
+  CHECK(actorflow({"import", "onnx", "x", "y"}, cwd.path).exit_code == 2);
 }
