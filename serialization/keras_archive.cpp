@@ -108,6 +108,8 @@ expected<std::map<std::string, tensor>> read_weights(std::string& image, const s
   const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_core(access, 1 << 20, 0);
   H5Pset_file_image(access, image.data(), image.size());
+  // Closing the file closes whatever a failed traversal of a damaged file left open inside HDF5.
+  H5Pset_fclose_degree(access, H5F_CLOSE_STRONG);
   const hid_t file = H5Fopen("model.weights.h5", H5F_ACC_RDONLY, access);
   H5Pclose(access);
   if (file < 0) return bad(path, "model.weights.h5 is damaged (HDF5 cannot open it)");

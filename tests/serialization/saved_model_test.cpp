@@ -200,6 +200,16 @@ TEST_CASE("a SavedModel's damage is refused naming the file and the problem", "[
     REQUIRE_FALSE(r);
     CHECK(r.error_value().message.find("not a file inside the directory") != std::string::npos);
   }
+  SECTION("a newer format, even with a manifest that agrees") {
+    // The root struct follows the segment table (8 bytes) and the root pointer (8 bytes); its
+    // first field is the format version.
+    testing::flip_byte((fresh() / "saved_model.afm").string(), 16);  // 1 -> 0x41
+    rewrite_manifest(copy);
+    auto r = saved_model::load(copy);
+    REQUIRE_FALSE(r);
+    CHECK(r.error_value().code == errc::unsupported);
+    CHECK(r.error_value().message.find("format version 65; this build reads 1 to 1") != std::string::npos);
+  }
   SECTION("an input of the wrong shape or dtype") {
     auto loaded = saved_model::load(dir);
     REQUIRE(loaded);
