@@ -20,6 +20,7 @@
 #include "serialization/example.hpp"
 #include "serialization/graph_codec.hpp"
 #include "serialization/tensor_codec.hpp"
+#include "serialization/npy.hpp"
 #include "serialization/tensor_frame.hpp"
 #include "serialization/tfevents.hpp"
 #include "serialization/tfrecord.hpp"
@@ -307,6 +308,21 @@ void graph_seeds(const fs::path& root) {
   out.put("attributes", af::encode_graph(std::move(b).finish({z}, {"scaled"})));
 }
 
+void npy_seeds(const fs::path& root) {
+  const corpus_dir out = make_dir(root, "npy");
+  out.put("f32_matrix", value_or_die(af::npy::encode(af::tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3})), "npy::encode"));
+  out.put("i64_vector", value_or_die(af::npy::encode(af::tensor::from_vector(std::vector<int64_t>{-1, 0, 7})), "npy::encode"));
+  out.put("bool_vector", value_or_die(af::npy::encode(af::tensor::from_vector(std::vector<bool>{true, false, true})), "npy::encode"));
+  // A version 2 header as NumPy writes one for long headers.
+  std::string v2 = "\x93NUMPY\x02";
+  v2 += '\0';
+  std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }";
+  dict.append(64 - (12 + dict.size() + 1) % 64, ' ');
+  dict += '\n';
+  for (int i = 0; i < 4; ++i) v2 += static_cast<char>((dict.size() >> (8 * i)) & 0xff);
+  out.put("f64_version2", v2 + dict + std::string(8, '\0'));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -321,6 +337,7 @@ int main(int argc, char** argv) {
   tfevents_seeds(root);
   digits_seeds(root);
   graph_seeds(root);
+  npy_seeds(root);
   fs::remove_all(scratch);
   return 0;
 }
