@@ -18,6 +18,7 @@ const char* to_string(errc code) noexcept {
     case errc::cancelled: return "cancelled";
     case errc::protocol_violation: return "protocol_violation";
     case errc::unsupported: return "unsupported";
+    case errc::resource_exhausted: return "resource_exhausted";
   }
   return "unknown_error";
 }

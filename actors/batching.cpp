@@ -1,0 +1,380 @@
+// The batching topology: a batcher actor (queue, batch formation, padding, splitting) and replica
+// actors (one thread each) that run the batch function.
+
+#include "actors/batching.hpp"
+
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include "actors/caf_error.hpp"
+#include "actors/message_types.hpp"
+#include "actors/runtime.hpp"
+#include "ops/array_ops.hpp"
+
+namespace af::serving {
+
+namespace {
+
+using predict_atom = caf::atom_constant<caf::atom("af_pred")>;
+using run_batch_atom = caf::atom_constant<caf::atom("af_runbat")>;
+using flush_atom = caf::atom_constant<caf::atom("af_flush")>;
+using stop_atom = caf::atom_constant<caf::atom("af_stop")>;
+
+constexpr int64_t no_deadline = std::numeric_limits<int64_t>::max();
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count(); }
+
+// Written by the batcher, read by stats() from any thread.
+struct shared_counters {
+  mutable std::mutex mtx;
+  batching_stats stats;
+  std::size_t queued_rows = 0;
+};
+
+struct waiting_request {
+  std::vector<tensor> inputs;
+  int64_t rows = 0;
+  int64_t deadline_ns = no_deadline;
+  int64_t arrived_ns = 0;
+  caf::response_promise promise;
+};
+
+struct batcher_state {
+  batching_options options;
+  std::vector<graph::tensor_spec> specs;
+  std::shared_ptr<shared_counters> counters;
+  std::deque<waiting_request> queue;
+  std::size_t queued_rows = 0;
+  std::vector<caf::actor> idle;
+  // Batches being run, by id: their requests, answered when the replica replies.
+  std::map<uint64_t, std::vector<waiting_request>> running;
+  uint64_t next_batch = 0;
+  bool timer_armed = false;
+  int64_t compute_ns = 0;  // a moving estimate of one batch's run time (deadlines)
+  bool stopping = false;
+};
+
+using batcher_actor = caf::stateful_actor<batcher_state>;
+
+error check_request(const batcher_state& st, const std::vector<tensor>& inputs, int64_t& rows) {
+  if (inputs.size() != st.specs.size())
+    return make_error(errc::invalid_argument, "the signature takes " + std::to_string(st.specs.size()) + " inputs, the request has " +
+                                                  std::to_string(inputs.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const auto& spec = st.specs[i];
+    const tensor& t = inputs[i];
+    const std::string where = "input '" + spec.name + "'";
+    if (!t.defined() || t.type() != spec.type.type || static_cast<std::size_t>(t.ndim()) != spec.type.dims.size() ||
+        t.ndim() == 0)
+      return make_error(errc::invalid_argument, where + " must be " + to_string(spec.type) + ", got " +
+                                                    (t.defined() ? to_string(graph::value_type{t.type(), t.shape()}) : "nothing"));
+    for (std::size_t d = 1; d < spec.type.dims.size(); ++d)
+      if (spec.type.dims[d] != -1 && spec.type.dims[d] != t.dim(static_cast<int>(d)))
+        return make_error(errc::invalid_argument, where + " must be " + to_string(spec.type) + ", got " +
+                                                      to_string(graph::value_type{t.type(), t.shape()}));
+    if (i == 0) rows = t.dim(0);
+    if (t.dim(0) != rows)
+      return make_error(errc::invalid_argument, where + " has " + std::to_string(t.dim(0)) + " rows, the first input " +
+                                                    std::to_string(rows));
+  }
+  if (rows < 1) return make_error(errc::invalid_argument, "a request without rows");
+  if (static_cast<std::size_t>(rows) > st.options.max_batch_size)
+    return make_error(errc::invalid_argument, std::to_string(rows) + " rows exceed max_batch_size " +
+                                                  std::to_string(st.options.max_batch_size));
+  return {};
+}
+
+void publish(batcher_state& st, const std::function<void(batching_stats&)>& change) {
+  std::lock_guard<std::mutex> guard{st.counters->mtx};
+  change(st.counters->stats);
+  st.counters->queued_rows = st.queued_rows;
+}
+
+std::size_t padded_size(const batching_options& o, std::size_t rows) {
+  for (std::size_t allowed : o.allowed_batch_sizes)
+    if (allowed >= rows) return allowed;
+  return rows;
+}
+
+// One batch's inputs: each request's rows joined, then zero rows up to `size`.
+expected<std::vector<tensor>> join(const std::vector<waiting_request>& requests, std::size_t inputs, std::size_t rows,
+                                   std::size_t size) {
+  std::vector<tensor> out;
+  for (std::size_t i = 0; i < inputs; ++i) {
+    std::vector<tensor> parts;
+    for (const auto& r : requests) parts.push_back(r.inputs[i]);
+    if (size > rows) {
+      shape pad = requests.front().inputs[i].shape();
+      pad[0] = static_cast<int64_t>(size - rows);
+      AF_TRY_ASSIGN(auto zeros, tensor::zeros(pad, requests.front().inputs[i].type()));
+      parts.push_back(std::move(zeros));
+    }
+    if (parts.size() == 1) {
+      out.push_back(parts.front());
+    } else {
+      AF_TRY_ASSIGN(auto joined, concat(parts, 0));
+      out.push_back(std::move(joined));
+    }
+  }
+  return out;
+}
+
+void answer_error(waiting_request& r, const error& e) { r.promise.deliver(to_caf_error(e)); }
+
+void try_dispatch(batcher_actor* self);
+
+// The replica's reply: each request gets its rows of every output.
+void finish_batch(batcher_actor* self, uint64_t id, caf::actor replica, expected<std::vector<tensor>> outputs,
+                  int64_t started_ns) {
+  auto& st = self->state;
+  auto it = st.running.find(id);
+  if (it == st.running.end()) return;
+  auto requests = std::move(it->second);
+  st.running.erase(it);
+  st.idle.push_back(std::move(replica));
+  const int64_t took = now_ns() - started_ns;
+  st.compute_ns = st.compute_ns == 0 ? took : (st.compute_ns * 7 + took) / 8;
+  if (!outputs) {
+    for (auto& r : requests) answer_error(r, outputs.error_value());
+    publish(st, [&](batching_stats& s) { s.failed += requests.size(); });
+  } else {
+    int64_t row = 0;
+    for (auto& r : requests) {
+      std::vector<tensor> mine;
+      error failure;
+      for (const auto& out : *outputs) {
+        auto part = out.ndim() > 0 && out.dim(0) >= row + r.rows ? out.slice(0, row, row + r.rows)
+                                                                 : expected<tensor>{make_error(errc::protocol_violation,
+                                                                                               "an output of the model has fewer rows than its batch")};
+        if (!part) {
+          failure = part.error_value();
+          break;
+        }
+        mine.push_back(std::move(*part));
+      }
+      row += r.rows;
+      if (failure) answer_error(r, failure);
+      else r.promise.deliver(std::move(mine));
+    }
+    publish(st, [&](batching_stats& s) { s.requests += requests.size(); });
+  }
+  try_dispatch(self);
+}
+
+void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::size_t rows) {
+  auto& st = self->state;
+  const std::size_t size = padded_size(st.options, rows);
+  auto inputs = join(requests, st.specs.size(), rows, size);
+  if (!inputs) {
+    for (auto& r : requests) answer_error(r, inputs.error_value());
+    publish(st, [&](batching_stats& s) { s.failed += requests.size(); });
+    return;
+  }
+  caf::actor replica = std::move(st.idle.back());
+  st.idle.pop_back();
+  const uint64_t id = st.next_batch++;
+  st.running.emplace(id, std::move(requests));
+  publish(st, [&](batching_stats& s) {
+    ++s.batches;
+    s.rows += rows;
+    s.padded_rows += size - rows;
+    ++s.batch_sizes[rows];
+  });
+  const int64_t started = now_ns();
+  self->request(replica, caf::infinite, run_batch_atom::value, std::move(*inputs))
+      .then([self, id, replica, started](std::vector<tensor>& out) { finish_batch(self, id, replica, std::move(out), started); },
+            [self, id, replica, started](caf::error& err) { finish_batch(self, id, replica, from_caf_error(err), started); });
+}
+
+// Forms and starts batches while a replica is idle and a batch is due (full, or its oldest request
+// waited batch_timeout); otherwise arms the timer for the oldest request.
+void try_dispatch(batcher_actor* self) {
+  auto& st = self->state;
+  const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(st.options.batch_timeout).count();
+  while (!st.idle.empty() && !st.queue.empty()) {
+    const int64_t now = now_ns();
+    // Requests whose deadline the next batch cannot meet are answered now, without running.
+    std::size_t expired = 0;
+    for (auto it = st.queue.begin(); it != st.queue.end();) {
+      if (it->deadline_ns != no_deadline && now + st.compute_ns > it->deadline_ns) {
+        answer_error(*it, make_error(errc::timeout, "the request's deadline passed before a batch could run it"));
+        st.queued_rows -= static_cast<std::size_t>(it->rows);
+        it = st.queue.erase(it);
+        ++expired;
+      } else {
+        ++it;
+      }
+    }
+    if (expired) publish(st, [&](batching_stats& s) { s.refused_deadline += expired; });
+    if (st.queue.empty()) break;
+    const bool full = st.queued_rows >= st.options.max_batch_size;
+    const bool waited = now - st.queue.front().arrived_ns >= timeout_ns;
+    if (!full && !waited) break;
+    std::vector<waiting_request> batch;
+    std::size_t rows = 0;
+    while (!st.queue.empty() && rows + static_cast<std::size_t>(st.queue.front().rows) <= st.options.max_batch_size) {
+      rows += static_cast<std::size_t>(st.queue.front().rows);
+      st.queued_rows -= static_cast<std::size_t>(st.queue.front().rows);
+      batch.push_back(std::move(st.queue.front()));
+      st.queue.pop_front();
+    }
+    run_batch(self, std::move(batch), rows);
+  }
+  publish(st, [](batching_stats&) {});
+  if (!st.queue.empty() && !st.timer_armed && !st.idle.empty()) {
+    const int64_t due = st.queue.front().arrived_ns + timeout_ns - now_ns();
+    st.timer_armed = true;
+    self->delayed_send(self, std::chrono::nanoseconds{std::max<int64_t>(due, 0)}, flush_atom::value);
+  }
+}
+
+caf::behavior replica(caf::event_based_actor*, batch_function run) {
+  return {[run](run_batch_atom, std::vector<tensor>& inputs) -> caf::result<std::vector<tensor>> {
+    expected<std::vector<tensor>> out = make_error(errc::invalid_argument, "the batch function threw");
+    try {
+      out = run(inputs);
+    } catch (const std::exception& e) {
+      out = make_error(errc::invalid_argument, std::string{"the batch function threw: "} + e.what());
+    }
+    if (!out) return to_caf_error(out.error_value());
+    return std::move(*out);
+  }};
+}
+
+caf::behavior batcher(batcher_actor* self, batching_options options, std::vector<graph::tensor_spec> specs,
+                      std::vector<caf::actor> replicas, std::shared_ptr<shared_counters> counters) {
+  auto& st = self->state;
+  st.options = std::move(options);
+  st.specs = std::move(specs);
+  st.idle = std::move(replicas);
+  st.counters = std::move(counters);
+  return {
+      [self](predict_atom, std::vector<tensor>& inputs, int64_t deadline_ns) {
+        auto& s = self->state;
+        waiting_request r{std::move(inputs), 0, deadline_ns, now_ns(), self->make_response_promise()};
+        if (s.stopping) return answer_error(r, make_error(errc::cancelled, "the batching queue is shutting down"));
+        if (auto bad = check_request(s, r.inputs, r.rows)) return answer_error(r, bad);
+        if (deadline_ns != no_deadline && r.arrived_ns >= deadline_ns) {
+          publish(s, [](batching_stats& x) { ++x.refused_deadline; });
+          return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
+        }
+        const std::size_t capacity = s.options.max_enqueued_batches * s.options.max_batch_size;
+        if (s.queued_rows + static_cast<std::size_t>(r.rows) > capacity) {
+          publish(s, [](batching_stats& x) { ++x.refused_full; });
+          return answer_error(r, make_error(errc::resource_exhausted, "the batching queue is full (" + std::to_string(s.queued_rows) +
+                                                                          " rows waiting, at most " + std::to_string(capacity) + ")"));
+        }
+        s.queued_rows += static_cast<std::size_t>(r.rows);
+        s.queue.push_back(std::move(r));
+        try_dispatch(self);
+      },
+      [self](flush_atom) {
+        self->state.timer_armed = false;
+        try_dispatch(self);
+      },
+      [self](stop_atom) {
+        auto& s = self->state;
+        s.stopping = true;
+        const error cancelled = make_error(errc::cancelled, "the batching queue was shut down");
+        for (auto& r : s.queue) answer_error(r, cancelled);
+        for (auto& [id, requests] : s.running)
+          for (auto& r : requests) answer_error(r, cancelled);
+        s.queue.clear();
+        s.running.clear();
+        s.queued_rows = 0;
+        publish(s, [](batching_stats&) {});
+        self->quit();
+      },
+  };
+}
+
+}  // namespace
+
+struct batching_queue::impl {
+  caf::actor_system* sys = nullptr;
+  caf::actor batcher;
+  std::vector<caf::actor> replicas;
+  std::shared_ptr<shared_counters> counters;
+
+  // The replicas may be running the batch function, which refers to the caller's model: wait
+  // until every actor has stopped before the queue is gone.
+  ~impl() {
+    if (!sys || !batcher) return;
+    caf::scoped_actor self{*sys};
+    self->monitor(batcher);
+    for (const auto& r : replicas) self->monitor(r);
+    self->send(batcher, stop_atom::value);
+    for (const auto& r : replicas) self->send_exit(r, caf::exit_reason::user_shutdown);
+    for (std::size_t i = 0; i < replicas.size() + 1; ++i) self->receive([](const caf::down_msg&) {});
+  }
+};
+
+expected<batching_queue> batching_queue::start(runtime& rt, batch_function run, batching_options options,
+                                               std::vector<graph::tensor_spec> inputs) {
+  if (options.max_batch_size < 1 || options.num_batch_threads < 1 || options.max_enqueued_batches < 1)
+    return make_error(errc::invalid_argument, "batching: max_batch_size, num_batch_threads and max_enqueued_batches must be at least 1");
+  if (inputs.empty()) return make_error(errc::invalid_argument, "batching: a signature without inputs");
+  const auto& allowed = options.allowed_batch_sizes;
+  if (!allowed.empty() && (!std::is_sorted(allowed.begin(), allowed.end()) || allowed.front() < 1 ||
+                           allowed.back() != options.max_batch_size))
+    return make_error(errc::invalid_argument,
+                      "batching: allowed_batch_sizes must ascend from at least 1 to max_batch_size (" +
+                          std::to_string(options.max_batch_size) + ")");
+  auto state = std::make_unique<impl>();
+  state->sys = &rt.system();
+  state->counters = std::make_shared<shared_counters>();
+  state->counters->stats.batch_sizes.assign(options.max_batch_size + 1, 0);
+  for (std::size_t i = 0; i < options.num_batch_threads; ++i)
+    state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run));
+  state->batcher = state->sys->spawn(batcher, std::move(options), std::move(inputs), state->replicas, state->counters);
+  return batching_queue{std::move(state)};
+}
+
+batching_queue::batching_queue(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+batching_queue::batching_queue(batching_queue&&) noexcept = default;
+batching_queue& batching_queue::operator=(batching_queue&&) noexcept = default;
+
+batching_queue::~batching_queue() = default;
+
+void batching_queue::predict_async(std::vector<tensor> inputs, std::optional<clock_type::time_point> deadline,
+                                   std::function<void(expected<std::vector<tensor>>)> done) const {
+  const int64_t deadline_ns = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count()
+                                       : no_deadline;
+  impl_->sys->spawn([batcher = impl_->batcher, inputs = std::move(inputs), deadline_ns,
+                     done = std::move(done)](caf::event_based_actor* self) mutable {
+    self->request(batcher, caf::infinite, predict_atom::value, std::move(inputs), deadline_ns)
+        .then([done](std::vector<tensor>& out) { done(std::move(out)); },
+              [done](caf::error& err) { done(from_caf_error(err)); });
+  });
+}
+
+expected<std::vector<tensor>> batching_queue::predict(std::vector<tensor> inputs,
+                                                       std::optional<clock_type::time_point> deadline) const {
+  const int64_t deadline_ns = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count()
+                                       : no_deadline;
+  caf::scoped_actor self{*impl_->sys};
+  expected<std::vector<tensor>> out = make_error(errc::cancelled, "no answer");
+  self->request(impl_->batcher, caf::infinite, predict_atom::value, std::move(inputs), deadline_ns)
+      .receive([&](std::vector<tensor>& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
+  return out;
+}
+
+batching_stats batching_queue::stats() const {
+  std::lock_guard<std::mutex> guard{impl_->counters->mtx};
+  return impl_->counters->stats;
+}
+
+std::size_t batching_queue::queued_rows() const {
+  std::lock_guard<std::mutex> guard{impl_->counters->mtx};
+  return impl_->counters->queued_rows;
+}
+
+}  // namespace af::serving

@@ -1,0 +1,223 @@
+// The batching topology: concurrent requests are joined into batches and each gets its own rows
+// back; batches are padded to an allowed size; a lone request waits only batch_timeout; a full
+// queue and a deadline that cannot be met are refused at once without running; bad requests and a
+// failing model are named; shutting down answers what waits and never hangs.
+
+#include <catch2/catch.hpp>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "actors/batching.hpp"
+#include "actors/runtime.hpp"
+
+using namespace af;
+using namespace std::chrono_literals;
+using serving::batching_queue;
+using serving::clock_type;
+
+namespace {
+
+const std::vector<graph::tensor_spec> one_input{{"x", graph::value_type{dtype::f32, {-1, 2}}}};
+
+tensor row(float a, float b) { return tensor::from_vector<float>({a, b}, {1, 2}); }
+
+// Doubles its input; records the rows of every batch it ran.
+struct doubling_model {
+  std::mutex mtx;
+  std::vector<int64_t> batch_rows;
+  std::chrono::milliseconds work{0};
+  expected<std::vector<tensor>> operator()(const std::vector<tensor>& in) {
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      batch_rows.push_back(in[0].dim(0));
+    }
+    if (work.count()) std::this_thread::sleep_for(work);
+    auto v = in[0].to_vector<float>();
+    for (float& x : v) x *= 2;
+    return std::vector<tensor>{tensor::from_vector<float>(v, in[0].shape())};
+  }
+};
+
+// A model that blocks until released, so that requests pile up behind a running batch.
+struct gate {
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool open = false;
+  int entered = 0;
+  void wait() {
+    std::unique_lock<std::mutex> lock{mtx};
+    ++entered;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+  }
+  void wait_entered(int n) {
+    std::unique_lock<std::mutex> lock{mtx};
+    cv.wait(lock, [&] { return entered >= n; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> guard{mtx};
+    open = true;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("concurrent single-row requests are batched and each gets its own rows back", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto model = std::make_shared<doubling_model>();
+  model->work = 2ms;
+  auto q = batching_queue::start(rt, [model](const std::vector<tensor>& in) { return (*model)(in); },
+                                 {.max_batch_size = 8, .batch_timeout = 2ms, .num_batch_threads = 2}, one_input);
+  REQUIRE(q);
+  constexpr int threads = 8, per_thread = 25;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < threads; ++t)
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        const float v = static_cast<float>(t * 1000 + i);
+        auto y = q->predict({row(v, -v)});
+        if (!y || (*y)[0].to_vector<float>() != std::vector<float>{2 * v, -2 * v}) ++wrong;
+      }
+    });
+  for (auto& c : callers) c.join();
+  CHECK(wrong.load() == 0);
+  const auto s = q->stats();
+  CHECK(s.requests == threads * per_thread);
+  CHECK(s.rows == threads * per_thread);
+  CHECK(s.batches < s.requests / 2);  // batching happened
+  std::lock_guard<std::mutex> guard{model->mtx};
+  CHECK(*std::max_element(model->batch_rows.begin(), model->batch_rows.end()) <= 8);
+}
+
+TEST_CASE("a batch is padded to the next allowed size and the padding never reaches a caller", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto model = std::make_shared<doubling_model>();
+  auto q = batching_queue::start(rt, [model](const std::vector<tensor>& in) { return (*model)(in); },
+                                 {.max_batch_size = 8, .batch_timeout = 100ms, .allowed_batch_sizes = {4, 8}}, one_input);
+  REQUIRE(q);
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<std::vector<float>> answers;
+  for (int i = 0; i < 3; ++i)
+    q->predict_async({row(static_cast<float>(i), 1)}, std::nullopt, [&](expected<std::vector<tensor>> y) {
+      std::lock_guard<std::mutex> guard{mtx};
+      answers.push_back(y ? (*y)[0].to_vector<float>() : std::vector<float>{});
+      cv.notify_all();
+    });
+  std::unique_lock<std::mutex> lock{mtx};
+  REQUIRE(cv.wait_for(lock, 10s, [&] { return answers.size() == 3; }));
+  for (const auto& a : answers) CHECK(a.size() == 2);
+  const auto s = q->stats();
+  CHECK(s.batches == 1);
+  CHECK(s.padded_rows == 1);
+  std::lock_guard<std::mutex> guard{model->mtx};
+  CHECK(model->batch_rows == std::vector<int64_t>{4});
+}
+
+TEST_CASE("a lone request waits for the batch timeout, not for company", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto model = std::make_shared<doubling_model>();
+  auto q = batching_queue::start(rt, [model](const std::vector<tensor>& in) { return (*model)(in); },
+                                 {.max_batch_size = 32, .batch_timeout = 20ms}, one_input);
+  REQUIRE(q);
+  const auto start = clock_type::now();
+  auto y = q->predict({row(1, 2)});
+  const auto waited = clock_type::now() - start;
+  REQUIRE(y);
+  CHECK(waited >= 15ms);
+  CHECK(waited < 5s);
+}
+
+TEST_CASE("a full queue is refused at once, a deadline that passed is refused without running", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto g = std::make_shared<gate>();
+  auto model = std::make_shared<doubling_model>();
+  auto q = batching_queue::start(rt,
+                                 [g, model](const std::vector<tensor>& in) {
+                                   g->wait();
+                                   return (*model)(in);
+                                 },
+                                 {.max_batch_size = 2, .batch_timeout = 0ms, .max_enqueued_batches = 1}, one_input);
+  REQUIRE(q);
+  std::atomic<int> answered{0}, timed_out{0};
+  auto count = [&](expected<std::vector<tensor>> y) {
+    if (!y && y.error_value().code == errc::timeout) ++timed_out;
+    ++answered;
+  };
+  q->predict_async({row(1, 1)}, std::nullopt, count);  // runs, and blocks the only replica
+  g->wait_entered(1);
+  q->predict_async({row(2, 2)}, clock_type::now() + 5ms, count);  // waits; its deadline passes
+  q->predict_async({row(3, 3)}, std::nullopt, count);              // waits: the queue is now full
+  while (q->queued_rows() < 2) std::this_thread::sleep_for(1ms);
+
+  const auto start = clock_type::now();
+  auto refused = q->predict({row(4, 4)});
+  CHECK(clock_type::now() - start < 1s);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error_value().code == errc::resource_exhausted);
+  CHECK(refused.error_value().message.find("queue is full") != std::string::npos);
+  auto late = q->predict({row(5, 5)}, clock_type::now() - 1ms);
+  REQUIRE_FALSE(late);
+  CHECK(late.error_value().code == errc::timeout);
+
+  std::this_thread::sleep_for(10ms);
+  g->release();
+  while (answered.load() < 3) std::this_thread::sleep_for(1ms);
+  CHECK(timed_out.load() == 1);
+  const auto s = q->stats();
+  CHECK(s.refused_full == 1);
+  CHECK(s.refused_deadline == 2);
+  CHECK(s.rows == 2);  // the rows of requests 1 and 3 only
+}
+
+TEST_CASE("bad requests and a failing model are named; shutting down answers what waits", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto failing = batching_queue::start(
+      rt, [](const std::vector<tensor>&) -> expected<std::vector<tensor>> { return make_error(errc::out_of_range, "class id 7"); },
+      {.max_batch_size = 4, .batch_timeout = 0ms}, one_input);
+  REQUIRE(failing);
+  auto failed = failing->predict({row(1, 1)});
+  REQUIRE_FALSE(failed);
+  CHECK(failed.error_value().message == "class id 7");
+  for (auto [inputs, message] : std::vector<std::pair<std::vector<tensor>, std::string>>{
+           {{tensor::from_vector<int64_t>({1, 2}, {1, 2})}, "input 'x' must be f32[-1,2], got i64[1,2]"},
+           {{tensor::from_vector<float>({1, 2, 3}, {1, 3})}, "input 'x' must be f32[-1,2], got f32[1,3]"},
+           {{tensor::zeros({5, 2}, dtype::f32).value()}, "5 rows exceed max_batch_size 4"},
+           {{row(1, 1), row(1, 1)}, "the signature takes 1 inputs, the request has 2"}}) {
+    auto r = failing->predict(inputs);
+    REQUIRE_FALSE(r);
+    CHECK(r.error_value().code == errc::invalid_argument);
+    CHECK(r.error_value().message == message);
+  }
+  CHECK_FALSE(batching_queue::start(rt, {}, {.max_batch_size = 4, .allowed_batch_sizes = {2, 3}}, one_input));
+
+  auto g = std::make_shared<gate>();
+  std::atomic<int> cancelled{0};
+  {
+    auto q = batching_queue::start(rt,
+                                   [g](const std::vector<tensor>& in) -> expected<std::vector<tensor>> {
+                                     g->wait();
+                                     return in;
+                                   },
+                                   {.max_batch_size = 1, .batch_timeout = 0ms}, one_input);
+    REQUIRE(q);
+    for (int i = 0; i < 3; ++i)
+      q->predict_async({row(1, 1)}, std::nullopt, [&](expected<std::vector<tensor>> y) {
+        if (!y && y.error_value().code == errc::cancelled) ++cancelled;
+      });
+    g->wait_entered(1);
+    while (q->queued_rows() < 2) std::this_thread::sleep_for(1ms);
+    std::thread opener{[g] {
+      std::this_thread::sleep_for(20ms);
+      g->release();
+    }};
+    q = batching_queue::start(rt, {}, {}, one_input);  // the old queue shuts down: waits for its replica
+    opener.join();
+  }
+  while (cancelled.load() < 3) std::this_thread::sleep_for(1ms);
+  CHECK(cancelled.load() == 3);
+}
