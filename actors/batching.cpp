@@ -344,16 +344,24 @@ batching_queue& batching_queue::operator=(batching_queue&&) noexcept = default;
 
 batching_queue::~batching_queue() = default;
 
+namespace {
+
+// One asynchronous request's caller: asks the batcher and hands the answer to `done`. (Spawned with
+// arguments: CAF 0.17 dereferences a null argument tuple for a spawn without any.)
+void async_caller(caf::event_based_actor* self, caf::actor batcher, std::vector<tensor> inputs, int64_t deadline_ns,
+                  std::function<void(expected<std::vector<tensor>>)> done) {
+  self->request(batcher, caf::infinite, predict_atom::value, std::move(inputs), deadline_ns)
+      .then([done](std::vector<tensor>& out) { done(std::move(out)); },
+            [done](caf::error& err) { done(from_caf_error(err)); });
+}
+
+}  // namespace
+
 void batching_queue::predict_async(std::vector<tensor> inputs, std::optional<clock_type::time_point> deadline,
                                    std::function<void(expected<std::vector<tensor>>)> done) const {
   const int64_t deadline_ns = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count()
                                        : no_deadline;
-  impl_->sys->spawn([batcher = impl_->batcher, inputs = std::move(inputs), deadline_ns,
-                     done = std::move(done)](caf::event_based_actor* self) mutable {
-    self->request(batcher, caf::infinite, predict_atom::value, std::move(inputs), deadline_ns)
-        .then([done](std::vector<tensor>& out) { done(std::move(out)); },
-              [done](caf::error& err) { done(from_caf_error(err)); });
-  });
+  impl_->sys->spawn(async_caller, impl_->batcher, std::move(inputs), deadline_ns, std::move(done));
 }
 
 expected<std::vector<tensor>> batching_queue::predict(std::vector<tensor> inputs,

@@ -174,7 +174,7 @@ TEST_CASE("a full queue is refused at once, a deadline that passed is refused wi
   CHECK(s.rows == 2);  // the rows of requests 1 and 3 only
 }
 
-TEST_CASE("bad requests and a failing model are named; shutting down answers what waits", "[batching]") {
+TEST_CASE("bad requests and a failing model are named, and shutting down answers what waits", "[batching]") {
   runtime rt{{.scheduler_threads = 2}};
   auto failing = batching_queue::start(
       rt, [](const std::vector<tensor>&) -> expected<std::vector<tensor>> { return make_error(errc::out_of_range, "class id 7"); },

@@ -130,7 +130,7 @@ TEST_CASE("a deterministic parallel map equals the sequential map for any parall
   }
 }
 
-TEST_CASE("without determinism a fast element overtakes a slow one; with it, order holds", "[actors]") {
+TEST_CASE("without determinism a fast element overtakes a slow one, with it, order holds", "[actors]") {
   af::runtime rt{{.scheduler_threads = 2}};
   // Element 0's call waits until the test has received a later element (or 10 s pass): an
   // unordered map must deliver the later one meanwhile, with no timing luck involved.

@@ -117,7 +117,7 @@ TEST_CASE("actorflow saved_model names what is wrong: directory, signature, inpu
   CHECK(unknown.exit_code == 2);
 }
 
-TEST_CASE("actorflow import keras writes a SavedModel that predicts Keras' numbers; a layer we lack is named",
+TEST_CASE("actorflow import keras writes a SavedModel that predicts Keras' numbers, a layer we lack is named",
           "[cli][saved_model][keras]") {
   scratch_dir cwd{"af_cli_import"};
   const fs::path models = fs::path(AF_TESTS_DIR) / "data/keras_models";

@@ -370,7 +370,7 @@ TEST_CASE("a callable that throws while traced gives an error, not a crash", "[g
   CHECK_THAT(p.error_value().message, Catch::Contains("no such layer"));
 }
 
-TEST_CASE("device_scope places traced ops and their gradients; passes keep devices apart", "[graph]") {
+TEST_CASE("device_scope places traced ops and their gradients, passes keep devices apart", "[graph]") {
   function fn{[](const syms& in) {
     auto here = exp(in[0]) * 2.0;
     sym there = here;

@@ -72,7 +72,7 @@ TEST_CASE("a handler's stop ends the feed cleanly and cancels an endless pipelin
   CHECK(calls == 25);
 }
 
-TEST_CASE("a handler's error or exception ends the feed with it; a pipeline's error is told apart", "[feed]") {
+TEST_CASE("a handler's error or exception ends the feed with it, a pipeline's error is told apart", "[feed]") {
   runtime rt{test_runtime_options()};
   auto failing = feed(rt, dataset::range(100), [](element&& e) -> expected<feed_verdict> {
     if (value_of(e) == 7) return make_error(errc::invalid_argument, "step 7 refused the batch");
@@ -129,7 +129,7 @@ TEST_CASE("while the handler is slow the pipeline holds no more than its slots a
   CHECK(produced->load() < 2000 + bound);  // cancelled, not drained
 }
 
-TEST_CASE("a feed continues from an iterator's saved position; another pipeline's position is refused", "[feed]") {
+TEST_CASE("a feed continues from an iterator's saved position, another pipeline's position is refused", "[feed]") {
   runtime rt{test_runtime_options()};
   const auto ds = dataset::range(200).shuffle(50, 9).batch(4);
   auto it = ds.iterate(rt);
@@ -208,7 +208,7 @@ TEST_CASE("a paused feed keeps its topology up, holds what arrives within its sl
   CHECK(fed.handled == 1000);
 }
 
-TEST_CASE("a feed that ends while paused ends after the held elements; finishing a paused feed stops it cleanly", "[feed]") {
+TEST_CASE("a feed that ends while paused ends after the held elements, finishing a paused feed stops it cleanly", "[feed]") {
   runtime rt{test_runtime_options()};
   std::vector<int64_t> seen;
   bool held_once = false;
@@ -324,7 +324,7 @@ TEST_CASE("a paused feed's snapshot continues exactly in a new feed, from its st
   CHECK(mapped->load() <= 300 - static_cast<int64_t>(at.pending.size()) - 100 - 64);
 }
 
-TEST_CASE("a snapshot of a feed paused behind the stream's end holds the rest; a generator's replays", "[feed]") {
+TEST_CASE("a snapshot of a feed paused behind the stream's end holds the rest, a generator's replays", "[feed]") {
   runtime rt{test_runtime_options()};
   std::vector<int64_t> seen;
   bool held_once = false;
