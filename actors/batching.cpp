@@ -9,6 +9,7 @@
 #include <caf/system_messages.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <map>
@@ -99,20 +100,67 @@ void publish(batcher_state& st, const std::function<void(batching_stats&)>& chan
 }
 
 std::size_t padded_size(const batching_options& o, std::size_t rows) {
+  if (!o.join_requests) return rows;
   for (std::size_t allowed : o.allowed_batch_sizes)
     if (allowed >= rows) return allowed;
   return rows;
 }
 
-// One batch's inputs: each request's rows joined, then zero rows up to `size`.
+// Whether two requests' inputs have the same dims after the rows (they can share a batch unpadded).
+bool same_row_dims(const waiting_request& a, const waiting_request& b) {
+  for (std::size_t i = 0; i < a.inputs.size(); ++i)
+    for (int d = 1; d < a.inputs[i].ndim(); ++d)
+      if (a.inputs[i].dim(d) != b.inputs[i].dim(d)) return false;
+  return true;
+}
+
+// Copies `src` into the leading corner of the contiguous `dst` (same rank, every dim at least src's).
+void copy_into_corner(const tensor& src, tensor& dst) {
+  const std::size_t item = size_of(src.type());
+  const int rank = src.ndim();
+  const int64_t inner = src.dim(rank - 1);
+  const int64_t outer = src.numel() / std::max<int64_t>(inner, 1);
+  const auto* from = static_cast<const std::byte*>(src.raw_data());
+  auto* to = static_cast<std::byte*>(dst.raw_data());
+  std::vector<int64_t> index(static_cast<std::size_t>(rank), 0);
+  for (int64_t row = 0; row < outer && inner > 0; ++row) {
+    int64_t at = 0;  // element offset of index[0..rank-2], 0 in the last dim, within dst
+    for (int d = 0; d < rank - 1; ++d) at = (at + index[static_cast<std::size_t>(d)]) * dst.dim(d + 1);
+    std::memcpy(to + at * static_cast<int64_t>(item), from + row * inner * static_cast<int64_t>(item),
+                static_cast<std::size_t>(inner) * item);
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++index[static_cast<std::size_t>(d)] < src.dim(d)) break;
+      index[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+}
+
+// `t` with zeros appended in every dim after the rows up to `dims` (dims[0] is ignored).
+expected<tensor> pad_row_dims(const tensor& t, shape dims) {
+  dims[0] = t.dim(0);
+  if (dims == t.shape()) return t;
+  AF_TRY_ASSIGN(auto src, t.contiguous());
+  AF_TRY_ASSIGN(auto out, tensor::zeros(dims, t.type()));
+  copy_into_corner(src, out);
+  return out;
+}
+
+// One batch's inputs: each request's rows joined (padded to the batch's largest dims when they
+// differ), then zero rows up to `size`.
 expected<std::vector<tensor>> join(const std::vector<waiting_request>& requests, std::size_t inputs, std::size_t rows,
                                    std::size_t size) {
   std::vector<tensor> out;
   for (std::size_t i = 0; i < inputs; ++i) {
+    shape widest = requests.front().inputs[i].shape();
+    for (const auto& r : requests)
+      for (int d = 1; d < r.inputs[i].ndim(); ++d) widest[d] = std::max(widest[d], r.inputs[i].dim(d));
     std::vector<tensor> parts;
-    for (const auto& r : requests) parts.push_back(r.inputs[i]);
+    for (const auto& r : requests) {
+      AF_TRY_ASSIGN(auto part, pad_row_dims(r.inputs[i], widest));
+      parts.push_back(std::move(part));
+    }
     if (size > rows) {
-      shape pad = requests.front().inputs[i].shape();
+      shape pad = widest;
       pad[0] = static_cast<int64_t>(size - rows);
       AF_TRY_ASSIGN(auto zeros, tensor::zeros(pad, requests.front().inputs[i].type()));
       parts.push_back(std::move(zeros));
@@ -215,16 +263,18 @@ void try_dispatch(batcher_actor* self) {
     }
     if (expired) publish(st, [&](batching_stats& s) { s.refused_deadline += expired; });
     if (st.queue.empty()) break;
-    const bool full = st.queued_rows >= st.options.max_batch_size;
+    const bool full = !st.options.join_requests || st.queued_rows >= st.options.max_batch_size;
     const bool waited = now - st.queue.front().arrived_ns >= timeout_ns;
     if (!full && !waited) break;
     std::vector<waiting_request> batch;
     std::size_t rows = 0;
-    while (!st.queue.empty() && rows + static_cast<std::size_t>(st.queue.front().rows) <= st.options.max_batch_size) {
+    while (!st.queue.empty() && rows + static_cast<std::size_t>(st.queue.front().rows) <= st.options.max_batch_size &&
+           (batch.empty() || st.options.pad_variable_length_inputs || same_row_dims(batch.front(), st.queue.front()))) {
       rows += static_cast<std::size_t>(st.queue.front().rows);
       st.queued_rows -= static_cast<std::size_t>(st.queue.front().rows);
       batch.push_back(std::move(st.queue.front()));
       st.queue.pop_front();
+      if (!st.options.join_requests) break;
     }
     run_batch(self, std::move(batch), rows);
   }
@@ -303,6 +353,7 @@ struct batching_queue::impl {
   caf::actor batcher;
   std::vector<caf::actor> replicas;
   std::shared_ptr<shared_counters> counters;
+  std::size_t capacity_rows = 0;
 
   // The replicas may be running the batch function, which refers to the caller's model: wait
   // until every actor has stopped before the queue is gone.
@@ -332,6 +383,7 @@ expected<batching_queue> batching_queue::start(runtime& rt, batch_function run, 
   state->sys = &rt.system();
   state->counters = std::make_shared<shared_counters>();
   state->counters->stats.batch_sizes.assign(options.max_batch_size + 1, 0);
+  state->capacity_rows = options.max_enqueued_batches * options.max_batch_size;
   for (std::size_t i = 0; i < options.num_batch_threads; ++i)
     state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run));
   state->batcher = state->sys->spawn(batcher, std::move(options), std::move(inputs), state->replicas, state->counters);
@@ -379,6 +431,8 @@ batching_stats batching_queue::stats() const {
   std::lock_guard<std::mutex> guard{impl_->counters->mtx};
   return impl_->counters->stats;
 }
+
+std::size_t batching_queue::capacity_rows() const { return impl_->capacity_rows; }
 
 std::size_t batching_queue::queued_rows() const {
   std::lock_guard<std::mutex> guard{impl_->counters->mtx};

@@ -42,6 +42,13 @@ struct batching_options {
   /// Ascending; a batch is padded with zero rows to the first that holds it (the last must equal
   /// max_batch_size). Empty: batches run at their own size.
   std::vector<std::size_t> allowed_batch_sizes;
+  /// false: every request runs as its own batch, at once (batching off; the queue, its bound and
+  /// the replicas stay).
+  bool join_requests = true;
+  /// Requests whose inputs differ in a dimension the signature leaves open (-1 after the rows)
+  /// join one batch, each padded with zeros at the end to the batch's largest. Without it, a
+  /// batch holds only requests of the same dims.
+  bool pad_variable_length_inputs = false;
 };
 
 /// The model on a batch: every input with the batch's rows first; every output with the same rows
@@ -85,8 +92,9 @@ class batching_queue {
                      std::function<void(expected<std::vector<tensor>>)> done) const;
 
   batching_stats stats() const;
-  /// Rows waiting in the queue now.
+  /// Rows waiting in the queue now, and the most that may wait (max_enqueued_batches full batches).
   std::size_t queued_rows() const;
+  std::size_t capacity_rows() const;
 
   struct impl;
 

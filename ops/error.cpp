@@ -19,6 +19,7 @@ const char* to_string(errc code) noexcept {
     case errc::protocol_violation: return "protocol_violation";
     case errc::unsupported: return "unsupported";
     case errc::resource_exhausted: return "resource_exhausted";
+    case errc::not_found: return "not_found";
   }
   return "unknown_error";
 }

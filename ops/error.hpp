@@ -28,6 +28,7 @@ enum class errc : uint8_t {
   protocol_violation,///< a peer broke the flow-control protocol (sent more than its credit, ...)
   unsupported,       ///< the operation exists but not for this device, dtype or build
   resource_exhausted,///< a bounded queue is full: try again later (a server's 429)
+  not_found,         ///< a named thing (model, version, signature, key) does not exist (a server's 404)
 };
 
 /// Short stable name of an error code ("shape_mismatch").

@@ -15,6 +15,7 @@
 using namespace af;
 using namespace std::chrono_literals;
 using serving::batching_queue;
+using serving::batching_options;
 using serving::clock_type;
 
 namespace {
@@ -220,4 +221,74 @@ TEST_CASE("bad requests and a failing model are named, and shutting down answers
   }
   while (cancelled.load() < 3) std::this_thread::sleep_for(1ms);
   CHECK(cancelled.load() == 3);
+}
+
+TEST_CASE("with joining off every request runs as its own batch, unpadded", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto model = std::make_shared<doubling_model>();
+  batching_options o;
+  o.max_batch_size = 8;
+  o.batch_timeout = 100ms;  // would hold a lone request back if joining were on
+  o.allowed_batch_sizes = {4, 8};
+  o.join_requests = false;
+  auto q = batching_queue::start(rt, [model](const std::vector<tensor>& in) { return (*model)(in); }, o, one_input);
+  REQUIRE(q);
+  const auto started = clock_type::now();
+  for (int i = 0; i < 5; ++i) REQUIRE(q->predict({row(static_cast<float>(i), 0)}));
+  CHECK(clock_type::now() - started < 100ms);
+  std::lock_guard<std::mutex> guard{model->mtx};
+  CHECK(model->batch_rows == std::vector<int64_t>(5, 1));
+}
+
+TEST_CASE("requests of different lengths share a batch only when padding is on", "[batching]") {
+  const std::vector<graph::tensor_spec> sequence{{"x", graph::value_type{dtype::f32, {-1, -1}}}};
+  auto short_row = tensor::from_vector<float>({1, 2}, {1, 2});
+  auto long_row = tensor::from_vector<float>({3, 4, 5}, {1, 3});
+  for (const bool pad : {false, true}) {
+    runtime rt{{.scheduler_threads = 2}};
+    auto model = std::make_shared<doubling_model>();
+    gate g;
+    batching_options o;
+    o.max_batch_size = 4;
+    o.batch_timeout = 1ms;
+    o.pad_variable_length_inputs = pad;
+    auto q = batching_queue::start(rt, [model, &g](const std::vector<tensor>& in) {
+      g.wait();
+      return (*model)(in);
+    }, o, sequence);
+    REQUIRE(q);
+    // A first batch occupies the replica while the short and the long request queue behind it.
+    std::vector<std::optional<expected<std::vector<tensor>>>> answers(3);
+    std::mutex mtx;
+    std::condition_variable cv;
+    auto ask = [&](int i, tensor t) {
+      q->predict_async({std::move(t)}, std::nullopt, [&, i](expected<std::vector<tensor>> y) {
+        std::lock_guard<std::mutex> guard{mtx};
+        answers[i] = std::move(y);
+        cv.notify_all();
+      });
+    };
+    ask(0, short_row);
+    g.wait_entered(1);
+    ask(1, short_row);
+    ask(2, long_row);
+    std::this_thread::sleep_for(20ms);
+    g.release();
+    std::unique_lock<std::mutex> lock{mtx};
+    REQUIRE(cv.wait_for(lock, 10s, [&] { return answers[0] && answers[1] && answers[2]; }));
+    REQUIRE(*answers[2]);
+    REQUIRE(*answers[1]);
+    INFO("pad_variable_length_inputs = " << pad);
+    std::lock_guard<std::mutex> guard{model->mtx};
+    if (pad) {
+      // One batch of both, the short one padded with a zero: its answer has the batch's width.
+      CHECK(model->batch_rows == std::vector<int64_t>{1, 2});
+      CHECK((**answers[1])[0].to_vector<float>() == std::vector<float>{2, 4, 0});
+      CHECK((**answers[2])[0].to_vector<float>() == std::vector<float>{6, 8, 10});
+    } else {
+      CHECK(model->batch_rows == std::vector<int64_t>{1, 1, 1});
+      CHECK((**answers[1])[0].to_vector<float>() == std::vector<float>{2, 4});
+      CHECK((**answers[2])[0].to_vector<float>() == std::vector<float>{6, 8, 10});
+    }
+  }
 }
