@@ -8,6 +8,7 @@
 
 #include "actors/caf_error.hpp"
 #include "actors/message_types.hpp"
+#include "actors/middleman_connect.hpp"
 #include "actors/remote_node.hpp"
 #include "actors/remote_protocol.hpp"
 #include "actors/remote_socket.hpp"
@@ -137,26 +138,6 @@ struct remote_sender::impl {
     if (control) caf::anon_send_exit(control, caf::exit_reason::user_shutdown);
   }
 };
-
-namespace {
-
-// CAF 0.17's BASP broker stamps a new outgoing connection's last-seen time only when the peer's
-// first bytes arrive; a heartbeat tick landing in between sees the epoch and closes it with
-// connection_timeout (about once in 300 connects under ASan with a 1 s heartbeat). Such an early
-// "timeout" is not the peer's silence, so connecting again is safe; a real one keeps its error.
-caf::expected<caf::actor> connect_middleman(caf::actor_system& sys, const std::string& host, uint16_t port,
-                                            std::chrono::milliseconds connect_timeout) {
-  const auto deadline = clock_type::now() + connect_timeout;
-  constexpr int max_attempts = 5;
-  for (int attempt = 1;; ++attempt) {
-    auto remote = sys.middleman().remote_actor(host, port);
-    if (remote || remote.error() != caf::sec::connection_timeout || attempt == max_attempts ||
-        clock_type::now() >= deadline)
-      return remote;
-  }
-}
-
-}  // namespace
 
 remote_sender::remote_sender(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 remote_sender::remote_sender(remote_sender&&) noexcept = default;

@@ -56,6 +56,7 @@ void configure_actor_system(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor>("af.tensor");
   cfg.add_message_type<std::vector<tensor>>("af.tensors");
   cfg.add_message_type<named_tensor>("af.named_tensor");
+  cfg.add_message_type<std::vector<named_tensor>>("af.named_tensors");
   cfg.add_message_type<element>("af.element");
   cfg.add_message_type<std::vector<element>>("af.elements");
   // The flow protocol (actors/flow_protocol.hpp) needs no more: its messages are atoms, uint64_t,

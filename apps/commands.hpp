@@ -12,5 +12,6 @@ int run_records(int argc, char** argv);
 int run_digits(int argc, char** argv);
 int run_saved_model(int argc, char** argv);
 int run_import(int argc, char** argv);
+int run_serve(int argc, char** argv);
 
 }  // namespace af::apps

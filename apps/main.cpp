@@ -28,6 +28,8 @@ const command commands[] = {
     {"saved_model", "look into and run SavedModel directories: saved_model show|run --dir DIR ...",
      af::apps::run_saved_model},
     {"import", "bring a model in: import keras MODEL.keras OUT_DIR (a SavedModel)", af::apps::run_import},
+    {"serve", "serve SavedModels over TF Serving's REST and gRPC APIs: serve --model_base_path=DIR ...",
+     af::apps::run_serve},
 };
 
 int usage(FILE* out) {

@@ -12,7 +12,9 @@
 
 #include "../apps/cli_test_support.hpp"
 #include "../support/scratch_dir.hpp"
+#include "ops/train/layers.hpp"
 #include "serialization/digits.hpp"
+#include "serialization/saved_model.hpp"
 
 using namespace af;
 using namespace af::testing;
@@ -40,7 +42,7 @@ std::vector<double> numbers(const std::string& text, const std::string& pattern)
 TEST_CASE("every program in examples/ has a test here", "[examples]") {
   // Names from examples/*.cpp, comma-separated (tests/CMakeLists.txt); a new example needs a test case below.
   const std::set<std::string> tested{"classifier_with_adam", "compiled_training_step", "input_pipeline",
-                                     "pipeline_basics", "train_digits"};
+                                     "pipeline_basics", "serving_client", "train_digits"};
   std::istringstream names{AF_EXAMPLE_NAMES};
   int examples = 0;
   for (std::string name; std::getline(names, name, ','); ++examples) {
@@ -157,4 +159,31 @@ TEST_CASE("train_digits fits the digits with a backup, early stopping and logs, 
   REQUIRE_FALSE(resumed_epochs.empty());
   CHECK(resumed_epochs.front() >= 2);
   CHECK_FALSE(fs::exists(cwd.path / "train_digits_backup"));
+}
+
+TEST_CASE("serving_client predicts through a running `actorflow serve --actor_port`", "[examples]") {
+  scratch_dir cwd{"af_example_serving"};
+  auto x = nn::input({4}, dtype::f32, "x");
+  auto y = nn::dense(3, {.name = "y"})(x);
+  auto model = nn::model::functional({x}, {y}, {.seed = 3});
+  REQUIRE(model);
+  REQUIRE(saved_model::save(*model, (cwd.path / "dense" / "1").string()));
+
+  child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_name=dense", "--model_base_path=" + (cwd.path / "dense").string(),
+                        "--port=0", "--actor_port=-1", "--enable_batching"},
+                       cwd.path};
+  std::string port;
+  while (port.empty()) {
+    auto line = server.read_line(std::chrono::seconds(60));
+    REQUIRE(line);
+    std::smatch m;
+    if (std::regex_search(*line, m, std::regex{R"(serving: ready .* actor=(\d+))"})) port = m[1];
+  }
+  auto r = run_example("serving_client", {"127.0.0.1", port, "dense"}, cwd.path);
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("version 1: AVAILABLE\n") && Contains("signature 'serving_default' of version 1\n") &&
+                        Contains("input 'x': f32[2,4]\n") && Contains("output 'y' from version 1:"));
+  server.kill();
+  server.finish(std::chrono::seconds(10));
 }

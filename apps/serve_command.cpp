@@ -1,0 +1,220 @@
+// `actorflow serve`: TensorFlow Serving's model server, with its flag names.
+//
+//   actorflow serve --model_name=digits --model_base_path=/models/digits --rest_api_port=8501
+//                   [--port=8500] [--actor_port=8502] [--enable_batching [--batching_parameters_file=F]]
+//                   [--model_config_file=F] [--file_system_poll_wait_seconds=1]
+//                   [--bind_address=127.0.0.1] [--rest_api_num_threads=N] [--rest_api_timeout_in_ms=MS]
+//                   [--bearer_token=T] [--max_body_bytes=N]
+//
+// Port 0 turns a front end off: REST (--rest_api_port, off by default as in TF Serving), gRPC
+// (--port, 8500 by default) and the CAF actor endpoint for af::serving::client (--actor_port, off
+// by default). Once serving, one line "serving: ready rest=P grpc=Q actor=R" tells scripts the
+// ports (useful with a port of -1: any free port).
+// SIGINT / SIGTERM stop the server: it stops accepting, answers what is in flight and exits 0.
+
+#include <algorithm>
+#include <charconv>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "actors/runtime.hpp"
+#include "apps/commands.hpp"
+#include "apps/serving/actor_endpoint.hpp"
+#include "apps/serving/grpc_server.hpp"
+#include "apps/serving/http_server.hpp"
+#include "apps/serving/metrics.hpp"
+#include "apps/serving/model_server.hpp"
+#include "apps/serving/serving_config.hpp"
+
+namespace af::apps {
+
+namespace {
+
+int usage(FILE* out) {
+  std::fprintf(out,
+               "usage: actorflow serve --model_name=NAME --model_base_path=DIR | --model_config_file=FILE\n"
+               "         [--rest_api_port=8501] [--port=8500] [--actor_port=8502] [--bind_address=127.0.0.1]\n"
+               "         [--enable_batching [--batching_parameters_file=FILE]] [--file_system_poll_wait_seconds=1]\n"
+               "         [--rest_api_num_threads=2] [--rest_api_timeout_in_ms=30000] [--grpc_num_threads=2]\n"
+               "         [--bearer_token=TOKEN] [--max_body_bytes=67108864]\n"
+               "  a port of -1 picks a free one; 0 turns that front end off\n");
+  return out == stderr ? 2 : 0;
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "actorflow serve: %s\n", message.c_str());
+  return 1;
+}
+
+// "--name=value", "--name value" and a bare "--name" (booleans) into a map; nullopt (and a
+// message) for anything else.
+std::optional<std::map<std::string, std::string>> parse_flags(int argc, char** argv, const std::vector<std::string>& known,
+                                                              const std::vector<std::string>& booleans) {
+  std::map<std::string, std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      std::fprintf(stderr, "actorflow serve: unexpected argument '%s'\n", arg.c_str());
+      return std::nullopt;
+    }
+    arg = arg.substr(2);
+    std::string value;
+    const auto eq = arg.find('=');
+    const bool is_bool = std::find(booleans.begin(), booleans.end(), arg.substr(0, eq)) != booleans.end();
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (is_bool) {
+      value = "true";
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      std::fprintf(stderr, "actorflow serve: --%s needs a value\n", arg.c_str());
+      return std::nullopt;
+    }
+    if (std::find(known.begin(), known.end(), arg) == known.end()) {
+      std::fprintf(stderr, "actorflow serve: unknown flag --%s\n", arg.c_str());
+      return std::nullopt;
+    }
+    out[arg] = value;
+  }
+  return out;
+}
+
+std::optional<int64_t> parse_integer(const std::string& text) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) return usage(stdout);
+  const std::vector<std::string> booleans{"enable_batching"};
+  const std::vector<std::string> known{"model_name", "model_base_path", "model_config_file", "rest_api_port", "port", "actor_port",
+                                       "bind_address", "enable_batching", "batching_parameters_file",
+                                       "file_system_poll_wait_seconds", "rest_api_num_threads", "rest_api_timeout_in_ms",
+                                       "grpc_num_threads", "bearer_token", "max_body_bytes"};
+  auto flags = parse_flags(argc, argv, known, booleans);
+  if (!flags) return usage(stderr);
+  auto flag = [&](const std::string& name, const std::string& fallback = "") {
+    auto it = flags->find(name);
+    return it == flags->end() ? fallback : it->second;
+  };
+  auto integer_flag = [&](const std::string& name, int64_t fallback, int64_t lowest) -> std::optional<int64_t> {
+    auto it = flags->find(name);
+    if (it == flags->end()) return fallback;
+    auto v = parse_integer(it->second);
+    if (!v || *v < lowest) {
+      std::fprintf(stderr, "actorflow serve: --%s must be an integer >= %lld, got '%s'\n", name.c_str(),
+                   static_cast<long long>(lowest), it->second.c_str());
+      return std::nullopt;
+    }
+    return v;
+  };
+
+  // Models: one from --model_name/--model_base_path, or the config file's list.
+  std::vector<serving::model_config> models;
+  if (flags->count("model_config_file")) {
+    if (flags->count("model_base_path")) return fail("--model_config_file and --model_base_path exclude each other");
+    auto read = serving::read_model_config(flag("model_config_file"));
+    if (!read) return fail(read.error_value().message);
+    models = std::move(*read);
+  } else {
+    if (!flags->count("model_base_path")) return fail("give --model_base_path (with --model_name) or --model_config_file");
+    models.push_back({.name = flag("model_name", "default"), .base_path = flag("model_base_path")});
+  }
+
+  serving::server_options options;
+  options.enable_batching = flag("enable_batching", "false") == "true";
+  if (flags->count("batching_parameters_file")) {
+    if (!options.enable_batching) return fail("--batching_parameters_file needs --enable_batching");
+    auto params = serving::read_batching_parameters(flag("batching_parameters_file"));
+    if (!params) return fail(params.error_value().message);
+    options.batching = std::move(*params);
+  }
+  const auto poll = integer_flag("file_system_poll_wait_seconds", 1, 0);
+  const auto rest_port = integer_flag("rest_api_port", 0, -1);
+  const auto grpc_port = integer_flag("port", 8500, -1);
+  const auto actor_port = integer_flag("actor_port", 0, -1);
+  const auto rest_threads = integer_flag("rest_api_num_threads", 2, 1);
+  const auto grpc_threads = integer_flag("grpc_num_threads", 2, 1);
+  const auto rest_timeout = integer_flag("rest_api_timeout_in_ms", 30000, 0);
+  const auto body_limit = integer_flag("max_body_bytes", 64 << 20, 1);
+  if (!poll || !rest_port || !grpc_port || !actor_port || !rest_threads || !grpc_threads || !rest_timeout || !body_limit) return 2;
+  if (*rest_port > 65535 || *grpc_port > 65535 || *actor_port > 65535) return fail("ports go up to 65535");
+  if (*rest_port == 0 && *grpc_port == 0 && *actor_port == 0)
+    return fail("every front end is off: give --rest_api_port, --port or --actor_port");
+  options.poll_interval = std::chrono::seconds(*poll);
+  const std::string address = flag("bind_address", "127.0.0.1");
+
+  // SIGINT / SIGTERM are waited for below; block them before any thread starts so none takes them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  runtime_options runtime_config;
+  runtime_config.network = *actor_port != 0;
+  runtime rt{runtime_config};
+  auto metrics = std::make_shared<serving::serving_metrics>();
+  auto server = serving::model_server::start(rt, models, options, metrics);
+  if (!server) return fail(server.error_value().message);
+  for (const auto& name : (*server)->model_names()) {
+    auto status = (*server)->status(name, std::nullopt);
+    std::string versions;
+    for (const auto& v : *status)
+      versions += (versions.empty() ? "" : ", ") + std::to_string(v.version) + " " + serving::to_string(v.state);
+    std::printf("serving: model '%s': %s\n", name.c_str(), versions.empty() ? "no version yet" : versions.c_str());
+  }
+
+  std::unique_ptr<serving::http_server> rest;
+  if (*rest_port != 0) {
+    serving::http_options http{.address = address,
+                               .port = static_cast<uint16_t>(*rest_port < 0 ? 0 : *rest_port),
+                               .threads = static_cast<std::size_t>(*rest_threads),
+                               .max_body_bytes = static_cast<std::size_t>(*body_limit),
+                               .request_timeout = std::chrono::milliseconds(*rest_timeout),
+                               .bearer_token = flag("bearer_token")};
+    auto started = serving::http_server::start(**server, metrics, http);
+    if (!started) return fail(started.error_value().message);
+    rest = std::move(*started);
+  }
+  std::unique_ptr<serving::grpc_server> grpc;
+  if (*grpc_port != 0) {
+    const std::string where = address + ":" + std::to_string(*grpc_port < 0 ? 0 : *grpc_port);
+    auto started = serving::grpc_server::start(**server, where,
+                                               {.threads = static_cast<std::size_t>(*grpc_threads),
+                                                .max_message_bytes = static_cast<std::size_t>(*body_limit)});
+    if (!started) return fail(started.error_value().message);
+    grpc = std::move(*started);
+  }
+  std::unique_ptr<serving::actor_endpoint> actors;
+  if (*actor_port != 0) {
+    auto started = serving::actor_endpoint::start(rt, **server, address, static_cast<uint16_t>(*actor_port < 0 ? 0 : *actor_port));
+    if (!started) return fail(started.error_value().message);
+    actors = std::move(*started);
+  }
+  std::printf("serving: ready rest=%d grpc=%d actor=%d\n", rest ? rest->port() : 0, grpc ? grpc->port() : 0,
+              actors ? actors->port() : 0);
+  std::fflush(stdout);
+
+  int received = 0;
+  sigwait(&stop_signals, &received);
+  std::printf("serving: %s, stopping\n", received == SIGINT ? "SIGINT" : "SIGTERM");
+  actors.reset();
+  grpc.reset();
+  rest.reset();
+  server->reset();
+  return 0;
+}
+
+}  // namespace af::apps

@@ -1,0 +1,260 @@
+#include "apps/serving/grpc_server.hpp"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <optional>
+#include <set>
+
+#include "apps/serving/model_server.hpp"
+#include "apps/serving/tensor_proto.hpp"
+#include "serialization/saved_model.hpp"
+#include "tensorflow_serving/apis/model_service.grpc.pb.h"
+#include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
+
+namespace af::serving {
+
+namespace tfs = tensorflow::serving;
+
+int grpc_status_code(errc code) noexcept {
+  switch (code) {
+    case errc::none: return grpc::StatusCode::OK;
+    case errc::not_found: return grpc::StatusCode::NOT_FOUND;
+    case errc::invalid_argument:
+    case errc::shape_mismatch:
+    case errc::dtype_mismatch:
+    case errc::unknown_dtype:
+    case errc::malformed_input:
+    case errc::out_of_range: return grpc::StatusCode::INVALID_ARGUMENT;
+    case errc::resource_exhausted:
+    case errc::out_of_memory: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case errc::timeout: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case errc::cancelled: return grpc::StatusCode::CANCELLED;
+    case errc::unsupported: return grpc::StatusCode::UNIMPLEMENTED;
+    case errc::peer_down: return grpc::StatusCode::UNAVAILABLE;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
+
+namespace {
+
+// The error, as the status a call finishes with.
+grpc::Status to_status(const error& e) {
+  if (!e) return grpc::Status::OK;
+  return {static_cast<grpc::StatusCode>(grpc_status_code(e.code)), e.message.empty() ? std::string{to_string(e.code)} : e.message};
+}
+
+grpc::Status invalid(std::string message) { return {grpc::StatusCode::INVALID_ARGUMENT, std::move(message)}; }
+
+// A request's ModelSpec as model_server takes it.
+model_spec spec_of(const tfs::ModelSpec& proto) {
+  model_spec spec;
+  spec.name = proto.name();
+  if (proto.has_version()) spec.version = proto.version().value();
+  if (proto.version_choice_case() == tfs::ModelSpec::kVersionLabel) spec.version_label = proto.version_label();
+  spec.signature_name = proto.signature_name();
+  return spec;
+}
+
+// The client's deadline on our clock; none when it set none (gRPC reports a far-away time then).
+std::optional<clock_type::time_point> deadline_of(const grpc::CallbackServerContext& ctx) {
+  const auto deadline = ctx.deadline();
+  const auto now = std::chrono::system_clock::now();
+  if (deadline - now > std::chrono::hours{24 * 365}) return std::nullopt;
+  return clock_type::now() + std::chrono::duration_cast<clock_type::duration>(deadline - now);
+}
+
+// TF Serving answers an unnamed model so.
+constexpr const char* missing_spec = "Missing ModelSpec";
+
+class prediction_service final : public tfs::PredictionService::CallbackService {
+ public:
+  explicit prediction_service(model_server& models) : models_(models) {}
+
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const tfs::PredictRequest* request,
+                                    tfs::PredictResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (!request->has_model_spec() || request->model_spec().name().empty()) {
+      reactor->Finish(invalid(missing_spec));
+      return reactor;
+    }
+    std::vector<named_tensor> inputs;
+    inputs.reserve(request->inputs().size());
+    for (const auto& [name, proto] : request->inputs()) {
+      auto value = from_tensor_proto(proto, name);
+      if (!value) {
+        reactor->Finish(to_status(value.error_value()));
+        return reactor;
+      }
+      inputs.push_back({name, std::move(*value)});
+    }
+    // The request and response live until the reactor is done, that is until Finish below.
+    models_.predict_async(spec_of(request->model_spec()), std::move(inputs), deadline_of(*ctx),
+                          [reactor, request, response](expected<prediction> answer) {
+                            reactor->Finish(answer ? respond(*request, *answer, *response) : to_status(answer.error_value()));
+                          });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* ctx, const tfs::GetModelMetadataRequest* request,
+                                             tfs::GetModelMetadataResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(metadata(*request, *response));
+    return reactor;
+  }
+
+ private:
+  // The outputs the request wants (output_filter, else all) into `response`.
+  static grpc::Status respond(const tfs::PredictRequest& request, const prediction& answer, tfs::PredictResponse& response) {
+    const auto& outputs = answer.signature->outputs;
+    std::vector<bool> wanted(outputs.size(), request.output_filter().empty());
+    std::set<std::string_view> seen;
+    for (const auto& name : request.output_filter()) {
+      if (!seen.insert(name).second) return invalid("duplicate output tensor alias in output_filter: " + name);
+      auto it = std::find_if(outputs.begin(), outputs.end(), [&](const auto& spec) { return spec.name == name; });
+      if (it == outputs.end())
+        return invalid("output tensor alias not found in signature '" + answer.signature->name + "': " + name);
+      wanted[static_cast<std::size_t>(it - outputs.begin())] = true;
+    }
+    auto* spec = response.mutable_model_spec();
+    spec->set_name(answer.model);
+    spec->mutable_version()->set_value(answer.version);
+    spec->set_signature_name(answer.signature->name);
+    auto& out = *response.mutable_outputs();
+    for (std::size_t i = 0; i < outputs.size() && i < answer.outputs.size(); ++i) {
+      if (!wanted[i]) continue;
+      if (auto done = to_tensor_proto(answer.outputs[i], out[outputs[i].name]); !done)
+        return to_status(with_context(done.error_value(), "output '" + outputs[i].name + "'"));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status metadata(const tfs::GetModelMetadataRequest& request, tfs::GetModelMetadataResponse& response) const {
+    if (!request.has_model_spec() || request.model_spec().name().empty()) return invalid(missing_spec);
+    if (request.metadata_field().empty()) return invalid("GetModelMetadataRequest must specify at least one metadata_field");
+    for (const auto& field : request.metadata_field())
+      if (field != "signature_def") return invalid("Metadata field " + field + " is not supported");
+    auto spec = spec_of(request.model_spec());
+    spec.signature_name.clear();  // metadata covers every signature of the version
+    auto found = models_.signatures(spec);
+    if (!found) return to_status(found.error_value());
+    const auto& [version, signatures] = *found;
+
+    tfs::SignatureDefMap defs;
+    for (const auto& sig : signatures) {
+      auto& def = (*defs.mutable_signature_def())[sig.name];
+      def.set_method_name("tensorflow/serving/predict");
+      auto describe = [](const graph::tensor_spec& t, tensorflow::TensorInfo& info) {
+        info.set_name(t.name);
+        info.set_dtype(static_cast<tensorflow::DataType>(to_tf_dtype(t.type.type)));
+        to_shape_proto(t.type.dims, *info.mutable_tensor_shape());
+      };
+      for (const auto& in : sig.inputs) describe(in, (*def.mutable_inputs())[in.name]);
+      for (const auto& out : sig.outputs) describe(out, (*def.mutable_outputs())[out.name]);
+    }
+    response.mutable_model_spec()->set_name(spec.name);
+    response.mutable_model_spec()->mutable_version()->set_value(version);
+    (*response.mutable_metadata())["signature_def"].PackFrom(defs);
+    return grpc::Status::OK;
+  }
+
+  model_server& models_;
+};
+
+class model_service final : public tfs::ModelService::CallbackService {
+ public:
+  explicit model_service(model_server& models) : models_(models) {}
+
+  grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* ctx, const tfs::GetModelStatusRequest* request,
+                                           tfs::GetModelStatusResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(status(*request, *response));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* HandleReloadConfigRequest(grpc::CallbackServerContext* ctx, const tfs::ReloadConfigRequest*,
+                                                      tfs::ReloadConfigResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish({grpc::StatusCode::UNIMPLEMENTED,
+                     "HandleReloadConfigRequest is not supported: restart the server with the new --model_config_file"});
+    return reactor;
+  }
+
+ private:
+  grpc::Status status(const tfs::GetModelStatusRequest& request, tfs::GetModelStatusResponse& response) const {
+    if (!request.has_model_spec() || request.model_spec().name().empty()) return invalid(missing_spec);
+    auto spec = spec_of(request.model_spec());
+    std::optional<int64_t> version = spec.version;
+    if (!spec.version_label.empty()) {  // a label names the version it resolves to
+      spec.signature_name.clear();
+      auto found = models_.signatures(spec);
+      if (!found) return to_status(found.error_value());
+      version = found->first;
+    }
+    auto versions = models_.status(spec.name, version);
+    if (!versions) return to_status(versions.error_value());
+    for (const auto& v : *versions) {
+      auto* entry = response.add_model_version_status();
+      entry->set_version(v.version);
+      entry->set_state(static_cast<tfs::ModelVersionStatus::State>(static_cast<int>(v.state)));
+      auto* st = entry->mutable_status();
+      st->set_error_code(static_cast<tensorflow::error::Code>(grpc_status_code(v.status.code)));
+      st->set_error_message(v.status.message);
+    }
+    return grpc::Status::OK;
+  }
+
+  model_server& models_;
+};
+
+}  // namespace
+
+struct grpc_server::impl {
+  prediction_service predictions;
+  model_service management;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+
+  explicit impl(model_server& models) : predictions(models), management(models) {}
+  ~impl() {
+    if (server) {
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds{5});
+      server->Wait();
+    }
+  }
+};
+
+expected<std::unique_ptr<grpc_server>> grpc_server::start(model_server& models, const std::string& address, grpc_options options) {
+  if (options.max_message_bytes == 0 || options.max_message_bytes > static_cast<std::size_t>(INT_MAX))
+    return make_error(errc::invalid_argument, "grpc: max_message_bytes must be 1 to " + std::to_string(INT_MAX));
+  if (options.threads > static_cast<std::size_t>(INT_MAX)) return make_error(errc::invalid_argument, "grpc: too many threads");
+  auto state = std::make_unique<impl>(models);
+  grpc::ServerBuilder builder;
+  // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port "succeeds",
+  // sharing its calls with the first.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &state->port);
+  builder.RegisterService(&state->predictions);
+  builder.RegisterService(&state->management);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.threads > 0) {
+    grpc::ResourceQuota quota{"actorflow_grpc"};
+    quota.SetMaxThreads(static_cast<int>(options.threads));
+    builder.SetResourceQuota(quota);
+  }
+  state->server = builder.BuildAndStart();
+  if (!state->server || state->port == 0)
+    return make_error(errc::io_error, "grpc: cannot listen on '" + address + "' (address in use, or not host:port)");
+  return std::unique_ptr<grpc_server>{new grpc_server{std::move(state)}};
+}
+
+grpc_server::grpc_server(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+grpc_server::~grpc_server() = default;
+
+int grpc_server::port() const noexcept { return impl_->port; }
+
+}  // namespace af::serving

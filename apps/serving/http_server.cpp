@@ -1,0 +1,311 @@
+// The REST front end on Boost.Beast: one strand per connection, requests handed to the model
+// server without blocking an I/O thread, answers posted back to the connection's strand.
+
+#include "apps/serving/http_server.hpp"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <atomic>
+#include <charconv>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "apps/serving/metrics.hpp"
+#include "apps/serving/model_server.hpp"
+#include "apps/serving/rest_codec.hpp"
+#include "apps/serving/rest_fast_decode.hpp"
+
+namespace af::serving {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+int http_status_for(errc code) noexcept {
+  switch (code) {
+    case errc::invalid_argument: case errc::shape_mismatch: case errc::dtype_mismatch: case errc::unknown_dtype:
+    case errc::out_of_range: case errc::malformed_input: return 400;
+    case errc::not_found: return 404;
+    case errc::resource_exhausted: case errc::out_of_memory: return 429;
+    case errc::timeout: return 504;
+    case errc::unsupported: return 501;
+    case errc::cancelled: case errc::peer_down: return 503;
+    default: return 500;
+  }
+}
+
+namespace {
+
+// What a URL under /v1/models/ asks for.
+struct model_route {
+  model_spec spec;
+  enum class kind { status, metadata, predict, other_method } what = kind::status;
+  std::string method;  // after ':' ("predict", "classify", ...)
+};
+
+// "/v1/models/NAME[/versions/V | /labels/L][/metadata | :METHOD]"; nullopt when it is not that.
+std::optional<model_route> parse_model_path(std::string_view path) {
+  constexpr std::string_view prefix = "/v1/models/";
+  if (path.substr(0, prefix.size()) != prefix) return std::nullopt;
+  path.remove_prefix(prefix.size());
+  model_route route;
+  if (auto colon = path.rfind(':'); colon != std::string_view::npos) {
+    route.method = std::string{path.substr(colon + 1)};
+    path = path.substr(0, colon);
+    route.what = route.method == "predict" ? model_route::kind::predict : model_route::kind::other_method;
+  }
+  std::vector<std::string_view> parts;
+  while (!path.empty()) {
+    const auto slash = path.find('/');
+    parts.push_back(path.substr(0, slash));
+    path = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
+  }
+  if (!parts.empty() && parts.back() == "metadata" && route.method.empty()) {
+    route.what = model_route::kind::metadata;
+    parts.pop_back();
+  }
+  if (parts.empty() || parts[0].empty()) return std::nullopt;
+  route.spec.name = std::string{parts[0]};
+  if (parts.size() == 3 && parts[1] == "versions") {
+    int64_t v = 0;
+    auto r = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), v);
+    if (r.ec != std::errc{} || r.ptr != parts[2].data() + parts[2].size()) return std::nullopt;
+    route.spec.version = v;
+  } else if (parts.size() == 3 && parts[1] == "labels") {
+    route.spec.version_label = std::string{parts[2]};
+  } else if (parts.size() != 1) {
+    return std::nullopt;
+  }
+  return route;
+}
+
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+struct server_context {
+  model_server* models = nullptr;
+  std::shared_ptr<serving_metrics> metrics;
+  http_options options;
+  std::atomic<std::size_t> connections{0};
+  // Predictions handed to the model server and not yet posted back: the I/O context must outlive
+  // them, since their answers are posted to it.
+  std::atomic<std::size_t> outstanding{0};
+};
+
+class session : public std::enable_shared_from_this<session> {
+ public:
+  session(tcp::socket socket, std::shared_ptr<server_context> ctx) : stream_(std::move(socket)), ctx_(std::move(ctx)) {
+    ctx_->connections.fetch_add(1);
+  }
+  ~session() { ctx_->connections.fetch_sub(1); }
+
+  void start() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+  }
+
+ private:
+  using response = http::response<http::string_body>;
+
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(ctx_->options.max_body_bytes);
+    stream_.expires_after(ctx_->options.idle_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::connection_reset) return close();
+    if (ec == http::error::body_limit)
+      return reply(413, encode_error("the request body exceeds " + std::to_string(ctx_->options.max_body_bytes) + " bytes"), false);
+    if (ec) return reply(400, encode_error("malformed HTTP request: " + ec.message()), false);
+    request_ = parser_->release();
+    handle();
+  }
+
+  void handle() {
+    const bool keep = request_.keep_alive();
+    if (!ctx_->options.bearer_token.empty()) {
+      const auto field = request_[http::field::authorization];
+      const std::string_view auth{field.data(), field.size()};
+      constexpr std::string_view scheme = "Bearer ";
+      if (auth.size() <= scheme.size() || auth.substr(0, scheme.size()) != scheme ||
+          !same_secret(auth.substr(scheme.size()), ctx_->options.bearer_token))
+        return reply(401, encode_error("missing or wrong bearer token"), keep, true);
+    }
+    const std::string_view target{request_.target().data(), request_.target().size()};
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (path == "/monitoring/prometheus/metrics") {
+      if (request_.method() != http::verb::get) return reply(405, encode_error("use GET for metrics"), keep);
+      if (!ctx_->metrics) return reply(404, encode_error("metrics are off"), keep);
+      return reply(200, ctx_->metrics->prometheus_text(), keep, false, "text/plain; version=0.0.4");
+    }
+    auto route = parse_model_path(path);
+    if (!route) return reply(404, encode_error("Malformed request: " + std::string{request_.method_string()} + " " + std::string{path}), keep);
+    switch (route->what) {
+      case model_route::kind::status: {
+        if (request_.method() != http::verb::get) return reply(405, encode_error("use GET for a model's status"), keep);
+        auto status = ctx_->models->status(route->spec.name, route->spec.version);
+        if (!status) return reply(http_status_for(status.error_value().code), encode_error(status.error_value().message), keep);
+        return reply(200, encode_status(*status), keep);
+      }
+      case model_route::kind::metadata: {
+        if (request_.method() != http::verb::get) return reply(405, encode_error("use GET for a model's metadata"), keep);
+        auto sigs = ctx_->models->signatures(route->spec);
+        if (!sigs) return reply(http_status_for(sigs.error_value().code), encode_error(sigs.error_value().message), keep);
+        return reply(200, encode_metadata(route->spec.name, sigs->first, sigs->second), keep);
+      }
+      case model_route::kind::other_method:
+        return reply(400, encode_error("Unsupported method: '" + route->method + "' (this server answers :predict)"), keep);
+      case model_route::kind::predict:
+        if (request_.method() != http::verb::post) return reply(405, encode_error("use POST for :predict"), keep);
+        return predict(std::move(route->spec), keep);
+    }
+  }
+
+  void predict(model_spec spec, bool keep) {
+    auto& models = *ctx_->models;
+    // A full queue is answered before the body is parsed: refusing must cost far less than serving,
+    // or an overloaded server would spend its time parsing requests it then refuses.
+    if (models.queue_full(spec)) {
+      return reply(429, encode_error("the batching queue of model '" + spec.name + "' is full; try again later"), keep);
+    }
+    const signature_lookup lookup = [&](const std::string& signature_name) {
+      model_spec with = spec;
+      with.signature_name = signature_name;
+      return models.find_signature(with);
+    };
+    auto simple = decode_simple_predict(request_.body(), lookup);
+    auto decoded = simple ? expected<rest_predict_request>{std::move(*simple)} : decode_predict(request_.body(), lookup);
+    if (!decoded) return reply(http_status_for(decoded.error_value().code), encode_error(decoded.error_value().message), keep);
+    spec.signature_name = decoded->signature_name;
+    std::optional<clock_type::time_point> deadline;
+    if (ctx_->options.request_timeout.count() > 0) deadline = clock_type::now() + ctx_->options.request_timeout;
+    if (auto timeout = request_["X-Request-Timeout-Ms"]; !timeout.empty()) {
+      int64_t ms = 0;
+      auto r = std::from_chars(timeout.data(), timeout.data() + timeout.size(), ms);
+      if (r.ec != std::errc{} || ms < 0) return reply(400, encode_error("X-Request-Timeout-Ms must be a number of milliseconds"), keep);
+      deadline = clock_type::now() + std::chrono::milliseconds(ms);
+    }
+    const bool row_format = decoded->row_format;
+    ctx_->outstanding.fetch_add(1);
+    models.predict_async(spec, std::move(decoded->inputs), deadline,
+                         [self = shared_from_this(), keep, row_format](expected<prediction> answer) {
+                           // An actor thread: encode here, then write on the connection's strand.
+                           int status = 200;
+                           std::string body;
+                           if (answer) body = encode_predict(*answer, row_format);
+                           else {
+                             status = http_status_for(answer.error_value().code);
+                             body = encode_error(answer.error_value().message);
+                           }
+                           auto ctx = self->ctx_;
+                           asio::post(self->stream_.get_executor(), [self, status, keep, body = std::move(body)]() mutable {
+                             self->reply(status, std::move(body), keep);
+                           });
+                           ctx->outstanding.fetch_sub(1);
+                         });
+  }
+
+  void reply(int status, std::string body, bool keep, bool ask_token = false, const char* type = "application/json") {
+    response_.emplace(static_cast<http::status>(status), request_.version() ? request_.version() : 11);
+    response_->set(http::field::server, "actorflow");
+    response_->set(http::field::content_type, type);
+    if (ask_token) response_->set(http::field::www_authenticate, "Bearer");
+    response_->keep_alive(keep);
+    response_->body() = std::move(body);
+    response_->prepare_payload();
+    stream_.expires_after(ctx_->options.idle_timeout);
+    http::async_write(stream_, *response_, [self = shared_from_this(), keep](beast::error_code ec, std::size_t) {
+      if (ec || !keep) return self->close();
+      self->read();
+    });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<server_context> ctx_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  std::optional<response> response_;
+};
+
+}  // namespace
+
+struct http_server::impl {
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::shared_ptr<server_context> ctx = std::make_shared<server_context>();
+  std::vector<std::thread> threads;
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        if (ctx->connections.load() >= ctx->options.max_connections) {
+          beast::error_code ignored;
+          socket.close(ignored);
+        } else {
+          socket.set_option(tcp::no_delay(true), ec);
+          std::make_shared<session>(std::move(socket), ctx)->start();
+        }
+      }
+      accept();
+    });
+  }
+};
+
+expected<std::unique_ptr<http_server>> http_server::start(model_server& models, std::shared_ptr<serving_metrics> metrics,
+                                                          http_options options) {
+  auto state = std::make_unique<impl>();
+  state->ctx->models = &models;
+  state->ctx->metrics = std::move(metrics);
+  state->ctx->options = options;
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(options.address, ec);
+  if (ec) return make_error(errc::invalid_argument, "REST: '" + options.address + "' is not an IP address");
+  const tcp::endpoint endpoint{address, options.port};
+  const std::string where = options.address + ":" + std::to_string(options.port);
+  state->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) state->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) state->acceptor.bind(endpoint, ec);
+  if (!ec) state->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return make_error(errc::io_error, "REST: cannot listen on " + where + ": " + ec.message());
+  state->accept();
+  for (std::size_t i = 0; i < std::max<std::size_t>(options.threads, 1); ++i)
+    state->threads.emplace_back([s = state.get()] { s->ioc.run(); });
+  return std::unique_ptr<http_server>(new http_server(std::move(state)));
+}
+
+http_server::http_server(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+
+http_server::~http_server() {
+  asio::post(impl_->ioc, [s = impl_.get()] {
+    beast::error_code ignored;
+    s->acceptor.close(ignored);
+  });
+  // Answers on their way are posted to the context: wait for them (the model server answers every
+  // request, in the worst case with cancelled), then stop; pending handlers drop their sessions.
+  while (impl_->ctx->outstanding.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+}
+
+uint16_t http_server::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+}  // namespace af::serving

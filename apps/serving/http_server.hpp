@@ -1,0 +1,65 @@
+#pragma once
+
+// TensorFlow Serving's REST API over HTTP/1.1 (Boost.Beast, kept out of this header):
+//
+//   GET  /v1/models/NAME[/versions/V | /labels/L]            version status
+//   GET  /v1/models/NAME[/versions/V | /labels/L]/metadata   signature defs
+//   POST /v1/models/NAME[/versions/V | /labels/L]:predict    {"instances": ...} or {"inputs": ...}
+//   GET  /monitoring/prometheus/metrics                      serving_metrics
+//
+// Connections are kept alive; a request's body is limited; errors are {"error": "..."} with TF
+// Serving's statuses (400 bad input, 404 unknown model/version/signature, 429 queue full, 504
+// deadline, 500 otherwise). A predict's deadline is the server's request timeout
+// (--rest_api_timeout_in_ms), or what the request asks for with `X-Request-Timeout-Ms: N`.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ops/error.hpp"
+
+namespace af::serving {
+
+class model_server;
+class serving_metrics;
+
+struct http_options {
+  /// Address to listen on: loopback unless told otherwise.
+  std::string address = "127.0.0.1";
+  uint16_t port = 8501;  ///< 0 picks a free port (see http_server::port)
+  std::size_t threads = 2;
+  std::size_t max_body_bytes = 64u << 20;
+  /// Connections open at once; more are closed right after accept.
+  std::size_t max_connections = 4096;
+  /// A connection idle (or stuck sending) this long is closed.
+  std::chrono::seconds idle_timeout{60};
+  /// Deadline of a predict that names none; zero: none.
+  std::chrono::milliseconds request_timeout{0};
+  /// When set, every request must carry `Authorization: Bearer <token>` (else 401).
+  std::string bearer_token;
+};
+
+/// The HTTP status TF Serving answers an error with.
+int http_status_for(errc code) noexcept;
+
+class http_server {
+ public:
+  /// Listens and serves on its own threads until destroyed. io_error naming the address when it
+  /// cannot bind. `metrics` may be null (then /monitoring answers 404).
+  static expected<std::unique_ptr<http_server>> start(model_server& models, std::shared_ptr<serving_metrics> metrics,
+                                                      http_options options);
+  ~http_server();
+  http_server(const http_server&) = delete;
+  http_server& operator=(const http_server&) = delete;
+
+  uint16_t port() const;
+
+  struct impl;
+
+ private:
+  explicit http_server(std::unique_ptr<impl> state);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace af::serving

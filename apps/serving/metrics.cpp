@@ -1,0 +1,136 @@
+#include "apps/serving/metrics.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace af::serving {
+
+std::string prometheus_label(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+void serving_metrics::record_request(const std::string& model, int64_t version, const std::string& signature,
+                                     const std::string& outcome, double seconds) {
+  const auto bucket = static_cast<std::size_t>(
+      std::lower_bound(latency_buckets.begin(), latency_buckets.end(), seconds) - latency_buckets.begin());
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto& h = requests_[request_key{model, version, signature, outcome}];
+  if (bucket < h.buckets.size()) ++h.buckets[bucket];
+  ++h.count;
+  h.sum += seconds;
+}
+
+void serving_metrics::record_load(const std::string& model, int64_t version, bool ok) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  ++loads_[{model, version, ok}];
+}
+
+void serving_metrics::set_queue_source(std::function<std::vector<queue_sample>()> source) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  queues_ = std::move(source);
+}
+
+std::vector<queue_sample> serving_metrics::queues() const {
+  std::function<std::vector<queue_sample>()> source;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    source = queues_;
+  }
+  return source ? source() : std::vector<queue_sample>{};
+}
+
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string labels(const std::string& model, int64_t version, const std::string& signature) {
+  return "model=\"" + prometheus_label(model) + "\",version=\"" + std::to_string(version) + "\",signature=\"" +
+         prometheus_label(signature) + "\"";
+}
+
+}  // namespace
+
+std::string serving_metrics::prometheus_text() const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    out += "# HELP actorflow_serving_request_count Requests answered, by outcome.\n";
+    out += "# TYPE actorflow_serving_request_count counter\n";
+    for (const auto& [key, h] : requests_) {
+      const auto& [model, version, signature, outcome] = key;
+      out += "actorflow_serving_request_count{" + labels(model, version, signature) + ",outcome=\"" +
+             prometheus_label(outcome) + "\"} " + std::to_string(h.count) + "\n";
+    }
+    out += "# HELP actorflow_serving_request_latency_seconds Time from a request's arrival to its answer.\n";
+    out += "# TYPE actorflow_serving_request_latency_seconds histogram\n";
+    for (const auto& [key, h] : requests_) {
+      const auto& [model, version, signature, outcome] = key;
+      const std::string l = labels(model, version, signature) + ",outcome=\"" + prometheus_label(outcome) + "\"";
+      uint64_t cumulative = 0;
+      for (std::size_t i = 0; i < latency_buckets.size(); ++i) {
+        cumulative += h.buckets[i];
+        out += "actorflow_serving_request_latency_seconds_bucket{" + l + ",le=\"" + number(latency_buckets[i]) + "\"} " +
+               std::to_string(cumulative) + "\n";
+      }
+      out += "actorflow_serving_request_latency_seconds_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(h.count) + "\n";
+      out += "actorflow_serving_request_latency_seconds_sum{" + l + "} " + number(h.sum) + "\n";
+      out += "actorflow_serving_request_latency_seconds_count{" + l + "} " + std::to_string(h.count) + "\n";
+    }
+    out += "# HELP actorflow_serving_model_load_count Version loads, by outcome.\n";
+    out += "# TYPE actorflow_serving_model_load_count counter\n";
+    for (const auto& [key, n] : loads_) {
+      const auto& [model, version, ok] = key;
+      out += "actorflow_serving_model_load_count{model=\"" + prometheus_label(model) + "\",version=\"" +
+             std::to_string(version) + "\",outcome=\"" + (ok ? "loaded" : "failed") + "\"} " + std::to_string(n) + "\n";
+    }
+  }
+  // Queues are read outside the lock: the source takes the model server's own.
+  const auto queues = this->queues();
+  out += "# HELP actorflow_serving_queue_rows Rows waiting in a batching queue.\n";
+  out += "# TYPE actorflow_serving_queue_rows gauge\n";
+  for (const auto& q : queues)
+    out += "actorflow_serving_queue_rows{" + labels(q.model, q.version, q.signature) + "} " + std::to_string(q.queued_rows) + "\n";
+  out += "# HELP actorflow_serving_refused_count Requests refused without running, by reason.\n";
+  out += "# TYPE actorflow_serving_refused_count counter\n";
+  for (const auto& q : queues) {
+    const std::string l = labels(q.model, q.version, q.signature);
+    out += "actorflow_serving_refused_count{" + l + ",reason=\"queue_full\"} " + std::to_string(q.stats.refused_full) + "\n";
+    out += "actorflow_serving_refused_count{" + l + ",reason=\"deadline\"} " + std::to_string(q.stats.refused_deadline) + "\n";
+  }
+  out += "# HELP actorflow_serving_batch_size Real rows per batch run (padding excluded).\n";
+  out += "# TYPE actorflow_serving_batch_size histogram\n";
+  for (const auto& q : queues) {
+    const std::string l = labels(q.model, q.version, q.signature);
+    const auto& sizes = q.stats.batch_sizes;
+    uint64_t cumulative = 0;
+    double sum = 0;
+    std::size_t next_bound = 1;
+    for (std::size_t n = 0; n < sizes.size(); ++n) {
+      cumulative += sizes[n];
+      sum += static_cast<double>(n) * static_cast<double>(sizes[n]);
+      // Power-of-two bounds, and the largest size.
+      if (n == next_bound || n + 1 == sizes.size()) {
+        out += "actorflow_serving_batch_size_bucket{" + l + ",le=\"" + std::to_string(n) + "\"} " + std::to_string(cumulative) + "\n";
+        while (next_bound <= n) next_bound *= 2;
+      }
+    }
+    out += "actorflow_serving_batch_size_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+    out += "actorflow_serving_batch_size_sum{" + l + "} " + number(sum) + "\n";
+    out += "actorflow_serving_batch_size_count{" + l + "} " + std::to_string(cumulative) + "\n";
+  }
+  return out;
+}
+
+}  // namespace af::serving

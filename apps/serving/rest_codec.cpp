@@ -1,0 +1,419 @@
+#include "apps/serving/rest_codec.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+namespace af::serving {
+
+using json = nlohmann::json;
+
+const char* tf_dtype_name(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return "DT_FLOAT";
+    case dtype::f64: return "DT_DOUBLE";
+    case dtype::f16: return "DT_HALF";
+    case dtype::bf16: return "DT_BFLOAT16";
+    case dtype::i8: return "DT_INT8";
+    case dtype::u8: return "DT_UINT8";
+    case dtype::i32: return "DT_INT32";
+    case dtype::i64: return "DT_INT64";
+    case dtype::boolean: return "DT_BOOL";
+  }
+  return "DT_INVALID";
+}
+
+// -- base64 ---------------------------------------------------------------------------------------
+
+namespace {
+constexpr char base64_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  std::string out;
+  out.reserve(text.size() * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : text) {
+    const char* at = std::strchr(base64_alphabet, c);
+    if (c == '\0' || !at) return std::nullopt;
+    acc = (acc << 6) | static_cast<uint32_t>(at - base64_alphabet);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  if (bits >= 6) return std::nullopt;  // a lone sixth of a byte: truncated text
+  return out;
+}
+
+std::string base64_encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = (uint32_t(uint8_t(bytes[i])) << 16) | (uint32_t(uint8_t(bytes[i + 1])) << 8) | uint8_t(bytes[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out.push_back(base64_alphabet[(v >> s) & 63]);
+  }
+  if (i < bytes.size()) {
+    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+    out.push_back(base64_alphabet[(v >> 18) & 63]);
+    out.push_back(base64_alphabet[(v >> 12) & 63]);
+    out.push_back(i + 1 < bytes.size() ? base64_alphabet[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+// -- JSON values to tensors -------------------------------------------------------------------------
+
+namespace {
+
+bool is_b64(const json& v) { return v.is_object() && v.size() == 1 && v.contains("b64") && v["b64"].is_string(); }
+
+// The dims of a value (nested arrays), given the dims the spec still expects (for b64 leaves).
+expected<shape> value_dims(const json& v, const shape& expected_rest, dtype type, const std::string& where) {
+  shape dims;
+  const json* at = &v;
+  std::size_t depth = 0;
+  for (;;) {
+    if (at->is_array()) {
+      dims.push_back(static_cast<int64_t>(at->size()));
+      if (at->empty()) return dims;
+      at = &(*at)[0];
+      ++depth;
+      continue;
+    }
+    if (is_b64(*at)) {
+      auto bytes = base64_decode((*at)["b64"].get_ref<const std::string&>());
+      if (!bytes) return make_error(errc::invalid_argument, where + ": a b64 value that is not base64");
+      const std::size_t elements = bytes->size() / size_of(type);
+      if (bytes->size() % size_of(type) != 0)
+        return make_error(errc::invalid_argument, where + ": b64 holds " + std::to_string(bytes->size()) +
+                                                      " bytes, not a whole number of " + std::string{to_string(type)} + " elements");
+      // The b64 bytes fill the dims the spec has left from here on; one open dim takes the rest.
+      int64_t fixed = 1;
+      int open = -1;
+      for (std::size_t d = depth; d < expected_rest.size(); ++d) {
+        if (expected_rest[d] < 0) {
+          if (open >= 0) return make_error(errc::invalid_argument, where + ": b64 cannot fill two open dimensions");
+          open = static_cast<int>(d);
+        } else {
+          fixed *= expected_rest[d];
+        }
+      }
+      for (std::size_t d = depth; d < expected_rest.size(); ++d)
+        dims.push_back(static_cast<int>(d) == open ? static_cast<int64_t>(elements) / std::max<int64_t>(fixed, 1) : expected_rest[d]);
+      return dims;
+    }
+    if (at->is_number() || at->is_boolean()) return dims;
+    return make_error(errc::invalid_argument, where + ": expected numbers, booleans, arrays or {\"b64\": ...}, found " +
+                                                  std::string{at->type_name()});
+  }
+}
+
+// Writes `v` (of dims `dims` from index `d`) as elements of `type` at `out`; checks it is rectangular.
+error fill(const json& v, const shape& dims, std::size_t d, dtype type, std::byte*& out, const std::string& where) {
+  const std::size_t item = size_of(type);
+  if (is_b64(v)) {
+    auto bytes = base64_decode(v["b64"].get_ref<const std::string&>());
+    int64_t want = 1;
+    for (std::size_t k = d; k < dims.size(); ++k) want *= dims[k];
+    if (!bytes || bytes->size() != static_cast<std::size_t>(want) * item)
+      return make_error(errc::invalid_argument, where + ": b64 holds " + std::to_string(bytes ? bytes->size() : 0) +
+                                                    " bytes where " + std::to_string(static_cast<std::size_t>(want) * item) + " are needed");
+    std::memcpy(out, bytes->data(), bytes->size());
+    out += bytes->size();
+    return {};
+  }
+  if (d == dims.size()) {
+    if (v.is_number_integer() && (type == dtype::i64 || type == dtype::i32)) {
+      const int64_t x = v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+      if (type == dtype::i64) std::memcpy(out, &x, sizeof x);
+      else store_from_double(out, type, static_cast<double>(x));
+    } else if (v.is_number()) {
+      store_from_double(out, type, v.get<double>());
+    } else if (v.is_boolean()) {
+      store_from_double(out, type, v.get<bool>() ? 1.0 : 0.0);
+    } else {
+      return make_error(errc::invalid_argument, where + ": expected a number, found " + std::string{v.type_name()});
+    }
+    out += item;
+    return {};
+  }
+  if (!v.is_array() || static_cast<int64_t>(v.size()) != dims[d])
+    return make_error(errc::invalid_argument, where + ": expected " + std::to_string(dims[d]) + " values at depth " + std::to_string(d) +
+                                                  ", found " + (v.is_array() ? std::to_string(v.size()) + " values" : std::string{v.type_name()}));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (auto e = fill(v[i], dims, d + 1, type, out, where)) return e;
+  return {};
+}
+
+// The spec's dims after the rows.
+shape row_dims_of(const graph::tensor_spec& spec) {
+  shape rest;
+  for (std::size_t d = 1; d < spec.type.dims.size(); ++d) rest.push_back(spec.type.dims[d]);
+  return rest;
+}
+
+// Checks dims against the spec's (where it fixes them).
+error check_dims(const shape& dims, const shape& want, const graph::tensor_spec& spec, const std::string& where) {
+  bool ok = dims.size() == want.size();
+  for (std::size_t d = 0; ok && d < dims.size(); ++d) ok = want[d] < 0 || want[d] == dims[d];
+  if (ok) return {};
+  return make_error(errc::invalid_argument,
+                    where + " has shape " + to_string(graph::value_type{spec.type.type, dims}) + " where input '" + spec.name + "' is " +
+                        to_string(spec.type));
+}
+
+// Columnar: the whole value of one input, rows first.
+expected<tensor> decode_column(const json& v, const graph::tensor_spec& spec, const std::string& where) {
+  AF_TRY_ASSIGN(auto dims, value_dims(v, spec.type.dims, spec.type.type, where));
+  if (auto e = check_dims(dims, spec.type.dims, spec, where)) return e;
+  AF_TRY_ASSIGN(auto t, tensor::empty(dims, spec.type.type));
+  auto* out = static_cast<std::byte*>(t.raw_data());
+  if (auto e = fill(v, dims, 0, spec.type.type, out, where)) return e;
+  return t;
+}
+
+// Row format: one input's value in every instance, stacked.
+expected<tensor> decode_rows(const json& instances, const graph::tensor_spec& spec, bool named) {
+  const shape rest = row_dims_of(spec);
+  auto value_of = [&](std::size_t i) -> const json& { return named ? instances[i][spec.name] : instances[i]; };
+  auto where_of = [&](std::size_t i) {
+    return "instances[" + std::to_string(i) + "]" + (named ? "['" + spec.name + "']" : std::string{});
+  };
+  AF_TRY_ASSIGN(auto row, value_dims(value_of(0), rest, spec.type.type, where_of(0)));
+  if (auto e = check_dims(row, rest, spec, where_of(0))) return e;
+  shape dims{static_cast<int64_t>(instances.size())};
+  for (int64_t d : row) dims.push_back(d);
+  AF_TRY_ASSIGN(auto t, tensor::empty(dims, spec.type.type));
+  auto* out = static_cast<std::byte*>(t.raw_data());
+  for (std::size_t i = 0; i < instances.size(); ++i)
+    if (auto e = fill(value_of(i), row, 0, spec.type.type, out, where_of(i)))
+      return make_error(e.code, e.message + (i > 0 ? " (rows must match instances[0])" : ""));
+  return t;
+}
+
+}  // namespace
+
+expected<rest_predict_request> decode_predict(std::string_view body, const signature_lookup& lookup) {
+  json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return make_error(errc::invalid_argument, "the request body is not valid JSON");
+  if (!doc.is_object()) return make_error(errc::invalid_argument, "the request body must be a JSON object");
+  rest_predict_request out;
+  if (auto it = doc.find("signature_name"); it != doc.end()) {
+    if (!it->is_string()) return make_error(errc::invalid_argument, "'signature_name' must be a string");
+    out.signature_name = it->get<std::string>();
+  }
+  const bool has_instances = doc.contains("instances");
+  const bool has_inputs = doc.contains("inputs");
+  if (has_instances == has_inputs)
+    return make_error(errc::invalid_argument, "the request must have exactly one of 'instances' (row format) or 'inputs' (columnar)");
+  AF_TRY_ASSIGN(auto signature, lookup(out.signature_name));
+  const auto& specs = signature->inputs;
+  out.row_format = has_instances;
+  if (has_instances) {
+    const json& instances = doc["instances"];
+    if (!instances.is_array() || instances.empty())
+      return make_error(errc::invalid_argument, "'instances' must be a non-empty array");
+    const bool named = instances[0].is_object() && !is_b64(instances[0]);
+    if (!named && specs.size() != 1)
+      return make_error(errc::invalid_argument, "the signature has " + std::to_string(specs.size()) +
+                                                    " inputs: each instance must be an object naming them");
+    if (named) {
+      for (std::size_t i = 0; i < instances.size(); ++i) {
+        if (!instances[i].is_object() || is_b64(instances[i]))
+          return make_error(errc::invalid_argument, "instances[" + std::to_string(i) + "] is not an object like instances[0]");
+        for (const auto& spec : specs)
+          if (!instances[i].contains(spec.name))
+            return make_error(errc::invalid_argument, "instances[" + std::to_string(i) + "] lacks input '" + spec.name + "'");
+        if (instances[i].size() != specs.size())
+          for (const auto& [key, value] : instances[i].items())
+            if (std::none_of(specs.begin(), specs.end(), [&](const graph::tensor_spec& s) { return s.name == key; }))
+              return make_error(errc::invalid_argument, "instances[" + std::to_string(i) + "] names '" + key +
+                                                            "', which is not an input of the signature");
+      }
+    }
+    for (const auto& spec : specs) {
+      AF_TRY_ASSIGN(auto t, decode_rows(instances, spec, named));
+      out.inputs.push_back({spec.name, std::move(t)});
+    }
+    return out;
+  }
+  const json& inputs = doc["inputs"];
+  const bool named = inputs.is_object() && !is_b64(inputs);
+  if (!named) {
+    if (specs.size() != 1)
+      return make_error(errc::invalid_argument, "the signature has " + std::to_string(specs.size()) +
+                                                    " inputs: 'inputs' must be an object naming them");
+    AF_TRY_ASSIGN(auto t, decode_column(inputs, specs[0], "inputs"));
+    out.inputs.push_back({specs[0].name, std::move(t)});
+    return out;
+  }
+  for (const auto& spec : specs) {
+    auto it = inputs.find(spec.name);
+    if (it == inputs.end()) return make_error(errc::invalid_argument, "'inputs' lacks input '" + spec.name + "'");
+    AF_TRY_ASSIGN(auto t, decode_column(*it, spec, "inputs['" + spec.name + "']"));
+    out.inputs.push_back({spec.name, std::move(t)});
+  }
+  for (const auto& [key, value] : inputs.items())
+    if (std::none_of(specs.begin(), specs.end(), [&](const graph::tensor_spec& s) { return s.name == key; }))
+      return make_error(errc::invalid_argument, "'inputs' names '" + key + "', which is not an input of the signature");
+  return out;
+}
+
+// -- tensors to JSON ---------------------------------------------------------------------------------
+
+namespace {
+
+void append_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+// One element, the shortest text that reads back as the same value (NaN and infinities as TF
+// Serving writes them).
+void append_element(std::string& out, const std::byte* p, dtype type) {
+  char buf[40];
+  auto put_float = [&](auto x) {
+    if (std::isnan(x)) { out += "NaN"; return; }
+    if (std::isinf(x)) { out += x > 0 ? "Infinity" : "-Infinity"; return; }
+    auto r = std::to_chars(buf, buf + sizeof buf, x);
+    out.append(buf, r.ptr);
+  };
+  switch (type) {
+    case dtype::f32: { float x; std::memcpy(&x, p, 4); put_float(x); return; }
+    case dtype::f64: { double x; std::memcpy(&x, p, 8); put_float(x); return; }
+    case dtype::f16: case dtype::bf16: put_float(static_cast<float>(load_as_double(p, type))); return;
+    case dtype::boolean: out += (*reinterpret_cast<const uint8_t*>(p) ? "true" : "false"); return;
+    case dtype::i64: { int64_t x; std::memcpy(&x, p, 8); auto r = std::to_chars(buf, buf + sizeof buf, x); out.append(buf, r.ptr); return; }
+    default: {
+      auto r = std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(load_as_double(p, type)));
+      out.append(buf, r.ptr);
+      return;
+    }
+  }
+}
+
+// The elements from `p` in dims[d..] as nested arrays; advances `p`.
+void append_value(std::string& out, const std::byte*& p, const shape& dims, std::size_t d, dtype type) {
+  if (d == dims.size()) {
+    append_element(out, p, type);
+    p += size_of(type);
+    return;
+  }
+  out += '[';
+  for (int64_t i = 0; i < dims[d]; ++i) {
+    if (i) out += ',';
+    append_value(out, p, dims, d + 1, type);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+std::string encode_predict(const prediction& answer, bool row_format) {
+  const auto& outputs = answer.outputs;
+  const auto& specs = answer.signature->outputs;
+  std::vector<tensor> dense;
+  for (const auto& t : outputs) {
+    auto c = t.contiguous();
+    dense.push_back(c ? std::move(*c) : t);
+  }
+  std::string out;
+  out.reserve(64 + [&] { std::size_t n = 0; for (const auto& t : dense) n += static_cast<std::size_t>(t.numel()) * 12; return n; }());
+  const bool single = dense.size() == 1;
+  if (!row_format) {
+    out += "{\"outputs\":";
+    if (!single) out += '{';
+    for (std::size_t k = 0; k < dense.size(); ++k) {
+      if (!single) {
+        if (k) out += ',';
+        append_string(out, specs[k].name);
+        out += ':';
+      }
+      const auto* p = static_cast<const std::byte*>(dense[k].raw_data());
+      append_value(out, p, dense[k].shape(), 0, dense[k].type());
+    }
+    if (!single) out += '}';
+    out += '}';
+    return out;
+  }
+  out += "{\"predictions\":[";
+  const int64_t rows = dense.empty() || dense[0].ndim() == 0 ? 0 : dense[0].dim(0);
+  std::vector<const std::byte*> cursor;
+  for (const auto& t : dense) cursor.push_back(static_cast<const std::byte*>(t.raw_data()));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r) out += ',';
+    if (!single) out += '{';
+    for (std::size_t k = 0; k < dense.size(); ++k) {
+      if (!single) {
+        if (k) out += ',';
+        append_string(out, specs[k].name);
+        out += ':';
+      }
+      append_value(out, cursor[k], dense[k].shape(), 1, dense[k].type());
+    }
+    if (!single) out += '}';
+  }
+  out += "]}";
+  return out;
+}
+
+std::string encode_status(const std::vector<version_status>& versions) {
+  json list = json::array();
+  for (const auto& v : versions) {
+    const bool failed = static_cast<bool>(v.status);
+    list.push_back({{"version", std::to_string(v.version)},
+                    {"state", to_string(v.state)},
+                    {"status", {{"error_code", failed ? "UNKNOWN" : "OK"}, {"error_message", failed ? v.status.message : ""}}}});
+  }
+  return json{{"model_version_status", std::move(list)}}.dump();
+}
+
+std::string encode_metadata(const std::string& model, int64_t version, const std::vector<graph::signature>& signatures) {
+  auto tensor_info = [](const graph::tensor_spec& spec) {
+    json dims = json::array();
+    for (int64_t d : spec.type.dims) dims.push_back({{"size", std::to_string(d)}, {"name", ""}});
+    return json{{"dtype", tf_dtype_name(spec.type.type)},
+                {"tensor_shape", {{"dim", std::move(dims)}, {"unknown_rank", false}}},
+                {"name", spec.name}};
+  };
+  json defs = json::object();
+  for (const auto& sig : signatures) {
+    json inputs = json::object(), outputs = json::object();
+    for (const auto& s : sig.inputs) inputs[s.name] = tensor_info(s);
+    for (const auto& s : sig.outputs) outputs[s.name] = tensor_info(s);
+    defs[sig.name] = {{"inputs", std::move(inputs)}, {"outputs", std::move(outputs)}, {"method_name", "tensorflow/serving/predict"}};
+  }
+  return json{{"model_spec", {{"name", model}, {"signature_name", ""}, {"version", std::to_string(version)}}},
+              {"metadata", {{"signature_def", {{"signature_def", std::move(defs)}}}}}}
+      .dump();
+}
+
+std::string encode_error(const std::string& message) { return json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace af::serving

@@ -1,0 +1,159 @@
+#include "apps/serving/rest_fast_decode.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cstring>
+
+namespace af::serving {
+
+namespace {
+
+// A cursor over the body; every parse function returns false at anything outside the simple shape.
+struct cursor {
+  const char* at;
+  const char* end;
+
+  void skip_space() {
+    while (at < end && (*at == ' ' || *at == '\n' || *at == '\r' || *at == '\t')) ++at;
+  }
+  bool take(char c) {
+    skip_space();
+    if (at == end || *at != c) return false;
+    ++at;
+    return true;
+  }
+  bool peek(char c) {
+    skip_space();
+    return at < end && *at == c;
+  }
+  // A string without escapes.
+  bool string(std::string_view& out) {
+    if (!take('"')) return false;
+    const char* start = at;
+    while (at < end && *at != '"') {
+      if (*at == '\\' || static_cast<unsigned char>(*at) < 0x20) return false;
+      ++at;
+    }
+    if (at == end) return false;
+    out = std::string_view{start, static_cast<std::size_t>(at - start)};
+    ++at;
+    return true;
+  }
+};
+
+// Nested arrays of numbers: their dims (checked rectangular) and their values in order.
+struct numeric_array {
+  shape dims;
+  std::vector<double> values;
+  bool integral = true;  // every number was written without a fraction or exponent
+  std::vector<int64_t> integers;
+  int leaf_depth = -1;   // the depth of the arrays that hold numbers
+};
+
+bool number(cursor& c, numeric_array& a) {
+  c.skip_space();
+  const char* start = c.at;
+  const char* p = start;
+  bool plain_integer = true;
+  while (p < c.end && (std::isdigit(static_cast<unsigned char>(*p)) || *p == '-' || *p == '+' || *p == '.' || *p == 'e' || *p == 'E')) {
+    if (*p == '.' || *p == 'e' || *p == 'E') plain_integer = false;
+    ++p;
+  }
+  if (p == start) return false;
+  double v = 0;
+  auto r = std::from_chars(start, p, v);
+  if (r.ec != std::errc{} || r.ptr != p) return false;
+  a.values.push_back(v);
+  if (a.integral) {
+    int64_t i = 0;
+    auto ri = std::from_chars(start, p, i);
+    if (plain_integer && ri.ec == std::errc{} && ri.ptr == p) a.integers.push_back(i);
+    else a.integral = false;
+  }
+  c.at = p;
+  return true;
+}
+
+bool array(cursor& c, numeric_array& a, int depth) {
+  if (!c.take('[')) return false;
+  if (static_cast<int>(a.dims.size()) == depth) a.dims.push_back(-1);  // the first array at this depth
+  int64_t count = 0;
+  if (!c.peek(']')) {
+    do {
+      if (c.peek('[')) {
+        if (a.leaf_depth >= 0 && a.leaf_depth <= depth) return false;
+        if (!array(c, a, depth + 1)) return false;
+      } else {
+        if (a.leaf_depth < 0) {
+          if (static_cast<int>(a.dims.size()) != depth + 1) return false;
+          a.leaf_depth = depth;
+        } else if (a.leaf_depth != depth) {
+          return false;
+        }
+        if (!number(c, a)) return false;
+      }
+      ++count;
+    } while (c.take(','));
+  }
+  if (!c.take(']')) return false;
+  // The first array at a depth fixes its length; later ones must match (rectangular).
+  auto& length = a.dims[static_cast<std::size_t>(depth)];
+  if (length == -1) length = count;
+  else if (length != count) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<rest_predict_request> decode_simple_predict(std::string_view body, const signature_lookup& lookup) {
+  cursor c{body.data(), body.data() + body.size()};
+  rest_predict_request out;
+  numeric_array values;
+  bool have_values = false;
+  if (!c.take('{')) return std::nullopt;
+  do {
+    std::string_view key;
+    if (!c.string(key) || !c.take(':')) return std::nullopt;
+    if (key == "signature_name") {
+      std::string_view name;
+      if (!c.string(name)) return std::nullopt;
+      out.signature_name = std::string{name};
+    } else if ((key == "instances" || key == "inputs") && !have_values) {
+      out.row_format = key == "instances";
+      if (!c.peek('[')) return std::nullopt;
+      if (!array(c, values, 0)) return std::nullopt;
+      have_values = true;
+    } else {
+      return std::nullopt;
+    }
+  } while (c.take(','));
+  if (!c.take('}') || !have_values) return std::nullopt;
+  c.skip_space();
+  if (c.at != c.end) return std::nullopt;
+
+  auto signature = lookup(out.signature_name);
+  if (!signature || (*signature)->inputs.size() != 1) return std::nullopt;
+  const graph::tensor_spec& spec = (*signature)->inputs.front();
+  if (values.dims.size() != spec.type.dims.size() || values.dims.empty() || values.dims[0] < 1) return std::nullopt;
+  for (std::size_t d = 0; d < values.dims.size(); ++d)
+    if (spec.type.dims[d] >= 0 && spec.type.dims[d] != values.dims[d]) return std::nullopt;
+  const dtype type = spec.type.type;
+  const bool integer_type = type == dtype::i64 || type == dtype::i32 || type == dtype::i8 || type == dtype::u8;
+  if (integer_type && !values.integral) return std::nullopt;
+  auto t = tensor::empty(values.dims, type);
+  if (!t) return std::nullopt;
+  auto* dst = static_cast<std::byte*>(t->raw_data());
+  const std::size_t item = size_of(type);
+  if (type == dtype::f32) {
+    auto* f = reinterpret_cast<float*>(dst);
+    for (std::size_t i = 0; i < values.values.size(); ++i) f[i] = static_cast<float>(values.values[i]);
+  } else if (type == dtype::i64) {
+    std::memcpy(dst, values.integers.data(), values.integers.size() * sizeof(int64_t));
+  } else {
+    for (std::size_t i = 0; i < values.values.size(); ++i) store_from_double(dst + i * item, type, values.values[i]);
+  }
+  out.inputs.push_back({spec.name, std::move(*t)});
+  return out;
+}
+
+}  // namespace af::serving

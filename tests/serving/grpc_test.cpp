@@ -1,0 +1,565 @@
+// The gRPC front end and TF Serving's file formats: every dtype survives a trip through a
+// TensorProto in either encoding and bad ones are refused naming the input; batching and model
+// config files parse, and their errors name the line; recorded warmup requests are read for their
+// signature; a real server on a free port answers Predict, GetModelMetadata and GetModelStatus
+// through generated stubs with TF Serving's messages and status codes.
+
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "../support/scratch_dir.hpp"
+#include "actors/runtime.hpp"
+#include "apps/serving/grpc_server.hpp"
+#include "apps/serving/model_server.hpp"
+#include "apps/serving/serving_config.hpp"
+#include "apps/serving/tensor_proto.hpp"
+#include "apps/serving/warmup_records.hpp"
+#include "serialization/tfrecord.hpp"
+#include "serving_fixtures.hpp"
+#include "tensorflow/core/framework/tensor.pb.h"
+#include "tensorflow_serving/apis/model_service.grpc.pb.h"
+#include "tensorflow_serving/apis/prediction_log.pb.h"
+#include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
+
+using namespace af;
+using namespace af::serving;
+using namespace std::chrono_literals;
+namespace tfs = tensorflow::serving;
+
+namespace {
+
+// A 2x3 tensor of `type` with distinct values, negative ones where the type has them.
+tensor sample(dtype type) {
+  std::vector<double> v{-3.5, 0.0, 1.0, 2.25, 100.0, -0.125};
+  if (type == dtype::u8) v = {0, 1, 2, 127, 200, 255};
+  if (type == dtype::i8) v = {-128, -1, 0, 1, 64, 127};
+  if (type == dtype::i32 || type == dtype::i64) v = {-2000000000, -1, 0, 1, 7, 2000000000};
+  if (type == dtype::boolean) v = {1, 0, 0, 1, 1, 0};
+  tensor t = tensor::empty({2, 3}, type).value();
+  for (std::size_t i = 0; i < v.size(); ++i)
+    store_from_double(static_cast<char*>(t.raw_data()) + i * size_of(type), type, v[i]);
+  return t;
+}
+
+const dtype all_dtypes[] = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i8,
+                            dtype::u8,  dtype::i32, dtype::i64, dtype::boolean};
+
+std::string write_file(const testing::scratch_dir& dir, const std::string& name, const std::string& text) {
+  std::ofstream{dir.file(name)} << text;
+  return dir.file(name);
+}
+
+tensor some_rows(int64_t rows) {
+  std::vector<float> v;
+  for (int64_t i = 0; i < rows * 4; ++i) v.push_back(0.25f * static_cast<float>(i % 7) - 0.5f);
+  return tensor::from_vector<float>(v, {rows, 4});
+}
+
+tensorflow::TensorProto proto_of(const tensor& t, tensor_encoding encoding = tensor_encoding::content) {
+  tensorflow::TensorProto p;
+  REQUIRE(to_tensor_proto(t, p, encoding));
+  return p;
+}
+
+}  // namespace
+
+// -- TensorProto ------------------------------------------------------------------------------------
+
+TEST_CASE("every dtype survives a TensorProto in both encodings", "[serving][grpc]") {
+  const auto encoding = GENERATE(tensor_encoding::content, tensor_encoding::typed);
+  for (dtype type : all_dtypes) {
+    INFO(to_string(type) << (encoding == tensor_encoding::content ? " as tensor_content" : " as typed values"));
+    const tensor t = sample(type);
+    const auto p = proto_of(t, encoding);
+    CHECK(p.dtype() == to_tf_dtype(type));
+    REQUIRE(p.tensor_shape().dim_size() == 2);
+    CHECK(p.tensor_shape().dim(1).size() == 3);
+    CHECK(p.tensor_content().empty() == (encoding == tensor_encoding::typed));
+    auto back = from_tensor_proto(p, "x");
+    REQUIRE(back);
+    CHECK(all_equal(*back, t));
+    // A strided view goes out as its elements in row-major order.
+    const tensor transposed = t.transpose().value();
+    CHECK(all_equal(from_tensor_proto(proto_of(transposed, encoding), "x").value(), transposed.contiguous().value()));
+  }
+}
+
+TEST_CASE("TensorProto dtypes carry TensorFlow's numbers", "[serving][grpc]") {
+  CHECK(to_tf_dtype(dtype::f32) == 1);
+  CHECK(to_tf_dtype(dtype::f64) == 2);
+  CHECK(to_tf_dtype(dtype::i32) == 3);
+  CHECK(to_tf_dtype(dtype::u8) == 4);
+  CHECK(to_tf_dtype(dtype::i8) == 6);
+  CHECK(to_tf_dtype(dtype::i64) == 9);
+  CHECK(to_tf_dtype(dtype::boolean) == 10);
+  CHECK(to_tf_dtype(dtype::bf16) == 14);
+  CHECK(to_tf_dtype(dtype::f16) == 19);
+  CHECK(tf_dtype_name(7) == "DT_STRING");
+}
+
+TEST_CASE("a single typed value fills the whole shape, as TensorFlow broadcasts it", "[serving][grpc]") {
+  tensorflow::TensorProto p;
+  p.set_dtype(tensorflow::DT_FLOAT);
+  p.mutable_tensor_shape()->add_dim()->set_size(2);
+  p.mutable_tensor_shape()->add_dim()->set_size(3);
+  p.add_float_val(1.5f);
+  auto t = from_tensor_proto(p, "x");
+  REQUIRE(t);
+  CHECK(all_equal(*t, tensor::full({2, 3}, 1.5, dtype::f32).value()));
+
+  tensorflow::TensorProto scalar;
+  scalar.set_dtype(tensorflow::DT_INT64);
+  scalar.add_int64_val(int64_t{1} << 60);  // beyond double's 53 bits: kept exact
+  auto s = from_tensor_proto(scalar, "n");
+  REQUIRE(s);
+  CHECK(s->ndim() == 0);
+  CHECK(s->to_vector<int64_t>() == std::vector<int64_t>{int64_t{1} << 60});
+}
+
+TEST_CASE("bad TensorProtos are refused naming the input", "[serving][grpc]") {
+  auto base = [] {
+    tensorflow::TensorProto p;
+    p.set_dtype(tensorflow::DT_FLOAT);
+    p.mutable_tensor_shape()->add_dim()->set_size(2);
+    p.mutable_tensor_shape()->add_dim()->set_size(3);
+    return p;
+  };
+  auto refused = [](const tensorflow::TensorProto& p, errc code, const std::string& words) {
+    auto t = from_tensor_proto(p, "images");
+    REQUIRE_FALSE(t);
+    CHECK(t.error_value().code == code);
+    CHECK_THAT(t.error_value().message, Catch::Contains("'images'") && Catch::Contains(words));
+  };
+  SECTION("strings") {
+    auto p = base();
+    p.set_dtype(tensorflow::DT_STRING);
+    p.add_string_val("a");
+    refused(p, errc::dtype_mismatch, "DT_STRING");
+  }
+  SECTION("a type TensorFlow does not define") {
+    auto p = base();
+    p.set_dtype(static_cast<tensorflow::DataType>(77));
+    refused(p, errc::unknown_dtype, "DT_77");
+  }
+  SECTION("packed bytes of the wrong size") {
+    auto p = base();
+    p.set_tensor_content(std::string(20, '\0'));
+    refused(p, errc::invalid_argument, "tensor_content holds 20 bytes");
+  }
+  SECTION("a typed field with neither one value nor one per element") {
+    auto p = base();
+    for (int i = 0; i < 4; ++i) p.add_float_val(1.0f);
+    refused(p, errc::invalid_argument, "float_val holds 4 values for 6 elements");
+  }
+  SECTION("no values at all") {
+    refused(base(), errc::invalid_argument, "float_val holds 0 values");
+  }
+  SECTION("an integer out of its dtype's range") {
+    auto p = base();
+    p.set_dtype(tensorflow::DT_UINT8);
+    p.add_int_val(300);
+    refused(p, errc::invalid_argument, "out of range for u8");
+  }
+  SECTION("a negative dimension") {
+    auto p = base();
+    p.mutable_tensor_shape()->mutable_dim(1)->set_size(-1);
+    refused(p, errc::invalid_argument, "dimension 1 has size -1");
+  }
+}
+
+// -- configuration files ------------------------------------------------------------------------
+
+TEST_CASE("a batching parameters file sets batching_options", "[serving][config]") {
+  testing::scratch_dir dir{"af_grpc"};
+  const auto path = write_file(dir, "batching.txt", R"(# TF Serving's format
+max_batch_size { value: 16 }
+batch_timeout_micros { value: 2500 }
+max_enqueued_batches { value: 100 }
+num_batch_threads { value: 3 }
+thread_pool_name { value: "batch_threads" }
+allowed_batch_sizes: 4
+allowed_batch_sizes: 8
+allowed_batch_sizes: 16
+pad_variable_length_inputs: true
+enable_large_batch_splitting { value: false }
+)");
+  auto options = read_batching_parameters(path);
+  REQUIRE(options);
+  CHECK(options->max_batch_size == 16);
+  CHECK(options->batch_timeout == 2500us);
+  CHECK(options->max_enqueued_batches == 100);
+  CHECK(options->num_batch_threads == 3);
+  CHECK(options->allowed_batch_sizes == std::vector<std::size_t>{4, 8, 16});
+  CHECK(options->pad_variable_length_inputs);
+
+  SECTION("an empty file keeps the defaults") {
+    auto defaults = read_batching_parameters(write_file(dir, "empty.txt", ""));
+    REQUIRE(defaults);
+    CHECK(defaults->max_batch_size == batching_options{}.max_batch_size);
+  }
+}
+
+TEST_CASE("batching parameter errors name the file, line and column", "[serving][config]") {
+  testing::scratch_dir dir{"af_grpc"};
+  auto refused = [&](const std::string& text, errc code, const std::string& words) {
+    const auto path = write_file(dir, "batching.txt", text);
+    auto options = read_batching_parameters(path);
+    REQUIRE_FALSE(options);
+    CHECK(options.error_value().code == code);
+    CHECK_THAT(options.error_value().message, Catch::StartsWith(path) && Catch::Contains(words));
+  };
+  refused("max_batch_size { value: 8 }\nbatch_timeout_micros { value: soon }\n", errc::malformed_input, "batching.txt:2:");
+  refused("max_batch_size { value: 8 }\n\nmax_batch_sise { value: 8 }\n", errc::malformed_input, "batching.txt:3:");
+  refused("max_batch_size { value: 8 }\nallowed_batch_sizes: 4\nallowed_batch_sizes: 2\nallowed_batch_sizes: 8\n",
+          errc::invalid_argument, ":3:1: allowed_batch_sizes must increase");
+  refused("max_batch_size { value: 8 }\nallowed_batch_sizes: 2\nallowed_batch_sizes: 4\n", errc::invalid_argument,
+          ":3:1: the last of allowed_batch_sizes (4) must equal max_batch_size (8)");
+  refused("allowed_batch_sizes: 0\n", errc::invalid_argument, ":1:1: allowed_batch_sizes must be at least 1");
+  refused("\nnum_batch_threads { value: 0 }\n", errc::invalid_argument, ":2:1: num_batch_threads must be at least 1");
+  refused("enable_large_batch_splitting { value: true }\n", errc::unsupported, "enable_large_batch_splitting: true is not supported");
+  auto missing = read_batching_parameters(dir.file("absent.txt"));
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error_value().code == errc::io_error);
+}
+
+TEST_CASE("a model config file lists models, their version policies and labels", "[serving][config]") {
+  testing::scratch_dir dir{"af_grpc"};
+  const auto path = write_file(dir, "models.config", R"(model_config_list {
+  config {
+    name: "digits"
+    base_path: "/models/digits"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 1 versions: 3 } }
+    version_labels { key: "stable" value: 1 }
+    version_labels { key: "canary" value: 3 }
+  }
+  config { name: "all" base_path: "/models/all" model_version_policy { all {} } }
+  config { name: "latest2" base_path: "/models/l" model_platform: "actorflow" model_version_policy { latest { num_versions: 2 } } }
+  config { name: "plain" base_path: "/models/p" }
+}
+)");
+  auto models = read_model_config(path);
+  REQUIRE(models);
+  REQUIRE(models->size() == 4);
+  const auto& digits = (*models)[0];
+  CHECK(digits.name == "digits");
+  CHECK(digits.base_path == "/models/digits");
+  CHECK(digits.policy.choice == version_policy::kind::specific);
+  CHECK(digits.policy.specific_versions == std::vector<int64_t>{1, 3});
+  CHECK(digits.version_labels == std::map<std::string, int64_t>{{"canary", 3}, {"stable", 1}});
+  CHECK((*models)[1].policy.choice == version_policy::kind::all);
+  CHECK((*models)[2].policy.choice == version_policy::kind::latest);
+  CHECK((*models)[2].policy.latest_count == 2);
+  CHECK((*models)[3].policy.choice == version_policy::kind::latest);
+  CHECK((*models)[3].policy.latest_count == 1);
+}
+
+TEST_CASE("model config errors name the file, line and column", "[serving][config]") {
+  testing::scratch_dir dir{"af_grpc"};
+  auto refused = [&](const std::string& text, errc code, const std::string& words) {
+    const auto path = write_file(dir, "models.config", text);
+    auto models = read_model_config(path);
+    REQUIRE_FALSE(models);
+    CHECK(models.error_value().code == code);
+    CHECK_THAT(models.error_value().message, Catch::StartsWith(path) && Catch::Contains(words));
+  };
+  refused("model_config_list {\n  config { name: \"a\" base_path: \"/a\" }\n  config { name: \"a\" base_path: \"/b\" }\n}\n",
+          errc::invalid_argument, ":3:12: model 'a' is configured twice");
+  refused("model_config_list {\n  config { base_path: \"/a\" }\n}\n", errc::invalid_argument, ":2:3: a model config without a name");
+  refused("model_config_list {\n  config { name: \"a\" base_path: \"/a\"\n    model_platform: \"pytorch\" }\n}\n",
+          errc::invalid_argument, ":3:5: model 'a': model_platform 'pytorch'");
+  refused("model_config_list {\n  config { name: \"a\" base_path: \"/a\" model_version_policy { specific {} } }\n}\n",
+          errc::invalid_argument, "lists no versions");
+  refused("model_config_list {\n  config { name: \"a\"\n    base_path: /a }\n}\n", errc::malformed_input, "models.config:3:16:");
+  refused("", errc::invalid_argument, "lists no models");
+}
+
+// -- warmup records -----------------------------------------------------------------------------
+
+TEST_CASE("recorded warmup requests are read for their signature", "[serving][warmup]") {
+  testing::scratch_dir dir{"af_grpc"};
+  graph::signature sig{.name = "serving_default", .function = "f",
+                       .inputs = {{"x", {dtype::f32, {-1, 4}}}, {"k", {dtype::i64, {-1}}}}, .outputs = {}};
+  auto request_log = [](const std::string& signature, std::vector<std::pair<std::string, tensor>> inputs) {
+    tfs::PredictionLog log;
+    auto* request = log.mutable_predict_log()->mutable_request();
+    request->mutable_model_spec()->set_name("m");
+    request->mutable_model_spec()->set_signature_name(signature);
+    for (auto& [name, value] : inputs) (*request->mutable_inputs())[name] = proto_of(value, tensor_encoding::typed);
+    return log.SerializeAsString();
+  };
+  const tensor x = some_rows(2);
+  const tensor k = tensor::from_vector<int64_t>({5, 6});
+  auto write_records = [&](const std::vector<std::string>& records) {
+    auto writer = tfrecord_writer::open(dir.file("warmup")).value();
+    for (const auto& r : records) REQUIRE(writer.write(r));
+    REQUIRE(writer.close());
+    return dir.file("warmup");
+  };
+
+  SECTION("requests for this signature, in its input order; others are skipped") {
+    const auto path = write_records({request_log("", {{"k", k}, {"x", x}}), request_log("other", {{"x", x}}),
+                                     std::string{},  // a PredictionLog without a predict_log (classify, ...)
+                                     request_log("serving_default", {{"x", some_rows(3)}, {"k", tensor::from_vector<int64_t>({1, 2, 3})}})});
+    auto requests = read_warmup_requests(path, sig);
+    REQUIRE(requests);
+    REQUIRE(requests->size() == 2);
+    REQUIRE((*requests)[0].size() == 2);
+    CHECK(all_equal((*requests)[0][0], x));
+    CHECK(all_equal((*requests)[0][1], k));
+    CHECK((*requests)[1][0].dim(0) == 3);
+  }
+  SECTION("a record that does not parse is malformed_input naming the record") {
+    auto requests = read_warmup_requests(write_records({request_log("", {{"x", x}, {"k", k}}), "\xff\xff\xff"}), sig);
+    REQUIRE_FALSE(requests);
+    CHECK(requests.error_value().code == errc::malformed_input);
+    CHECK_THAT(requests.error_value().message, Catch::Contains("record 1"));
+  }
+  SECTION("a missing input is malformed_input; one of the wrong dtype invalid_argument") {
+    auto missing = read_warmup_requests(write_records({request_log("", {{"x", x}})}), sig);
+    REQUIRE_FALSE(missing);
+    CHECK(missing.error_value().code == errc::malformed_input);
+    CHECK_THAT(missing.error_value().message, Catch::Contains("record 0") && Catch::Contains("'k'"));
+    auto wrong = read_warmup_requests(write_records({request_log("", {{"x", x}, {"k", tensor::from_vector<int32_t>({1, 2})}})}), sig);
+    REQUIRE_FALSE(wrong);
+    CHECK(wrong.error_value().code == errc::invalid_argument);
+    CHECK_THAT(wrong.error_value().message, Catch::Contains("input 'k' is i32[2]"));
+  }
+}
+
+// -- the server -----------------------------------------------------------------------------------
+
+namespace {
+
+struct grpc_fixture {
+  testing::scratch_dir scratch{"af_grpc"};
+  runtime rt;
+  std::unique_ptr<model_server> models;
+  std::unique_ptr<af::serving::grpc_server> server;  // qualified: grpc's C API has a ::grpc_server
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<tfs::PredictionService::Stub> predictions;
+  std::unique_ptr<tfs::ModelService::Stub> management;
+
+  explicit grpc_fixture(bool batching) {
+    testing::save_version(scratch.path, 1, 11);
+    testing::save_version(scratch.path, 2, 22);
+    model_config config{.name = "dense", .base_path = scratch.path.string()};
+    config.policy.choice = version_policy::kind::all;
+    config.version_labels = {{"stable", 1}};
+    server_options options;
+    options.enable_batching = batching;
+    options.batching.max_batch_size = 8;
+    options.batching.batch_timeout = 500us;
+    options.poll_interval = 0ms;
+    models = model_server::start(rt, {config}, options).value();
+    server = af::serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = 2}).value();  // as `serve` passes
+    channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials());
+    predictions = tfs::PredictionService::NewStub(channel);
+    management = tfs::ModelService::NewStub(channel);
+  }
+};
+
+tfs::PredictRequest predict_request(const tensor& x, tensor_encoding encoding = tensor_encoding::content) {
+  tfs::PredictRequest request;
+  request.mutable_model_spec()->set_name("dense");
+  (*request.mutable_inputs())["x"] = proto_of(x, encoding);
+  return request;
+}
+
+tensor expected_output(uint64_t seed, const tensor& x) { return testing::small_dense(seed).predict_on_batch({x}).value().front(); }
+
+}  // namespace
+
+TEST_CASE("Predict over gRPC answers with the model's outputs and TF Serving's model_spec", "[serving][grpc][net]") {
+  grpc_fixture f{GENERATE(false, true)};
+  const tensor x = some_rows(3);
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  tfs::PredictResponse response;
+  const auto status = f.predictions->Predict(&ctx, predict_request(x, GENERATE(tensor_encoding::content, tensor_encoding::typed)), &response);
+  REQUIRE(status.ok());
+  CHECK(response.model_spec().name() == "dense");
+  CHECK(response.model_spec().version().value() == 2);
+  CHECK(response.model_spec().signature_name() == "serving_default");
+  REQUIRE(response.outputs().count("y") == 1);
+  auto y = from_tensor_proto(response.outputs().at("y"), "y");
+  REQUIRE(y);
+  CHECK(y->shape() == shape{3, 3});
+  CHECK(all_close(*y, expected_output(22, x), 1e-6, 1e-6));
+
+  SECTION("a version by number or label") {
+    for (bool by_label : {false, true}) {
+      auto request = predict_request(x);
+      if (by_label) request.mutable_model_spec()->set_version_label("stable");
+      else request.mutable_model_spec()->mutable_version()->set_value(1);
+      grpc::ClientContext c;
+      tfs::PredictResponse r;
+      REQUIRE(f.predictions->Predict(&c, request, &r).ok());
+      CHECK(r.model_spec().version().value() == 1);
+      CHECK(all_close(from_tensor_proto(r.outputs().at("y"), "y").value(), expected_output(11, x), 1e-6, 1e-6));
+    }
+  }
+  SECTION("errors carry TF Serving's status codes") {
+    auto code_of = [&](tfs::PredictRequest request) {
+      grpc::ClientContext c;
+      tfs::PredictResponse r;
+      return f.predictions->Predict(&c, request, &r);
+    };
+    auto unknown = predict_request(x);
+    unknown.mutable_model_spec()->set_name("nope");
+    CHECK(code_of(unknown).error_code() == grpc::StatusCode::NOT_FOUND);
+    auto version = predict_request(x);
+    version.mutable_model_spec()->mutable_version()->set_value(7);
+    CHECK(code_of(version).error_code() == grpc::StatusCode::NOT_FOUND);
+    auto no_name = predict_request(x);
+    no_name.mutable_model_spec()->clear_name();
+    CHECK(code_of(no_name).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    auto wrong_input = predict_request(x);
+    (*wrong_input.mutable_inputs())["z"] = proto_of(x);
+    CHECK(code_of(wrong_input).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    auto wrong_shape = predict_request(some_rows(2).reshape({4, 2}).value());
+    CHECK(code_of(wrong_shape).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    auto strings = predict_request(x);
+    (*strings.mutable_inputs())["x"].set_dtype(tensorflow::DT_STRING);
+    const auto refused = code_of(strings);
+    CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(refused.error_message(), Catch::Contains("'x'") && Catch::Contains("DT_STRING"));
+    auto filter = predict_request(x);
+    filter.add_output_filter("logits");
+    CHECK(code_of(filter).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  SECTION("output_filter naming the output returns it") {
+    auto request = predict_request(x);
+    request.add_output_filter("y");
+    grpc::ClientContext c;
+    tfs::PredictResponse r;
+    REQUIRE(f.predictions->Predict(&c, request, &r).ok());
+    CHECK(r.outputs().size() == 1);
+  }
+}
+
+TEST_CASE("concurrent gRPC predictions each get their own rows back", "[serving][grpc][net]") {
+  grpc_fixture f{true};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 6; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 15; ++i) {
+        const tensor x = tensor::full({1, 4}, 0.1 * (c * 15 + i), dtype::f32).value();
+        grpc::ClientContext ctx;
+        tfs::PredictResponse r;
+        if (!f.predictions->Predict(&ctx, predict_request(x), &r).ok() ||
+            !all_close(from_tensor_proto(r.outputs().at("y"), "y").value(), expected_output(22, x), 1e-5, 1e-5))
+          ++wrong;
+      }
+    });
+  for (auto& t : clients) t.join();
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("GetModelMetadata packs a SignatureDefMap as TF Serving does", "[serving][grpc][net]") {
+  grpc_fixture f{false};
+  tfs::GetModelMetadataRequest request;
+  request.mutable_model_spec()->set_name("dense");
+  request.add_metadata_field("signature_def");
+  grpc::ClientContext ctx;
+  tfs::GetModelMetadataResponse response;
+  REQUIRE(f.predictions->GetModelMetadata(&ctx, request, &response).ok());
+  CHECK(response.model_spec().name() == "dense");
+  CHECK(response.model_spec().version().value() == 2);
+  REQUIRE(response.metadata().count("signature_def") == 1);
+  const auto& any = response.metadata().at("signature_def");
+  CHECK(any.type_url() == "type.googleapis.com/tensorflow.serving.SignatureDefMap");
+  tfs::SignatureDefMap defs;
+  REQUIRE(any.UnpackTo(&defs));
+  REQUIRE(defs.signature_def().count("serving_default") == 1);
+  const auto& def = defs.signature_def().at("serving_default");
+  CHECK(def.method_name() == "tensorflow/serving/predict");
+  REQUIRE(def.inputs().count("x") == 1);
+  const auto& x = def.inputs().at("x");
+  CHECK(x.dtype() == tensorflow::DT_FLOAT);
+  REQUIRE(x.tensor_shape().dim_size() == 2);
+  CHECK(x.tensor_shape().dim(0).size() == -1);
+  CHECK(x.tensor_shape().dim(1).size() == 4);
+  CHECK(def.outputs().count("y") == 1);
+
+  SECTION("fields other than signature_def are INVALID_ARGUMENT") {
+    request.clear_metadata_field();
+    request.add_metadata_field("graph");
+    grpc::ClientContext c;
+    tfs::GetModelMetadataResponse r;
+    CHECK(f.predictions->GetModelMetadata(&c, request, &r).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+}
+
+TEST_CASE("GetModelStatus lists the versions with TF Serving's states", "[serving][grpc][net]") {
+  grpc_fixture f{false};
+  tfs::GetModelStatusRequest request;
+  request.mutable_model_spec()->set_name("dense");
+  grpc::ClientContext ctx;
+  tfs::GetModelStatusResponse response;
+  REQUIRE(f.management->GetModelStatus(&ctx, request, &response).ok());
+  REQUIRE(response.model_version_status_size() == 2);
+  CHECK(response.model_version_status(0).version() == 2);
+  CHECK(response.model_version_status(1).version() == 1);
+  for (const auto& v : response.model_version_status()) {
+    CHECK(v.state() == tfs::ModelVersionStatus::AVAILABLE);
+    CHECK(static_cast<int>(v.state()) == 30);
+    CHECK(v.status().error_code() == tensorflow::error::OK);
+  }
+
+  SECTION("one version, by number or label; an unknown one is NOT_FOUND") {
+    request.mutable_model_spec()->set_version_label("stable");
+    grpc::ClientContext c1;
+    tfs::GetModelStatusResponse r1;
+    REQUIRE(f.management->GetModelStatus(&c1, request, &r1).ok());
+    REQUIRE(r1.model_version_status_size() == 1);
+    CHECK(r1.model_version_status(0).version() == 1);
+    request.mutable_model_spec()->mutable_version()->set_value(9);
+    grpc::ClientContext c2;
+    tfs::GetModelStatusResponse r2;
+    CHECK(f.management->GetModelStatus(&c2, request, &r2).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  SECTION("HandleReloadConfigRequest is UNIMPLEMENTED") {
+    grpc::ClientContext c;
+    tfs::ReloadConfigResponse r;
+    CHECK(f.management->HandleReloadConfigRequest(&c, tfs::ReloadConfigRequest{}, &r).error_code() ==
+          grpc::StatusCode::UNIMPLEMENTED);
+  }
+}
+
+TEST_CASE("a busy address is refused naming it", "[serving][grpc][net]") {
+  grpc_fixture f{false};
+  const std::string taken = "127.0.0.1:" + std::to_string(f.server->port());
+  auto second = af::serving::grpc_server::start(*f.models, taken);
+  REQUIRE_FALSE(second);
+  CHECK(second.error_value().code == errc::io_error);
+  CHECK_THAT(second.error_value().message, Catch::Contains(taken));
+}
+
+TEST_CASE("shutting down with calls in flight neither hangs nor crashes", "[serving][grpc][net]") {
+  grpc_fixture f{true};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c)
+    clients.emplace_back([&] {
+      for (;;) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+        tfs::PredictResponse r;
+        if (!f.predictions->Predict(&ctx, predict_request(some_rows(2)), &r).ok()) return;
+        ++answered;
+      }
+    });
+  while (answered < 20) std::this_thread::yield();
+  f.server.reset();  // waits for the calls in flight
+  for (auto& t : clients) t.join();
+  CHECK(answered >= 20);
+}

@@ -1,0 +1,223 @@
+// The REST front end as a TensorFlow Serving client sees it: the request formats (row, columnar,
+// named inputs, b64), the answers' shapes and numbers, status and metadata documents, errors with
+// TF Serving's statuses naming what was wrong, keep-alive, the body limit, the bearer token and the
+// Prometheus metrics.
+
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/scratch_dir.hpp"
+#include "actors/runtime.hpp"
+#include "apps/serving/http_server.hpp"
+#include "apps/serving/metrics.hpp"
+#include "apps/serving/model_server.hpp"
+#include "apps/serving/rest_codec.hpp"
+#include "serving_fixtures.hpp"
+
+using namespace af;
+using namespace af::serving;
+using json = nlohmann::json;
+
+namespace {
+
+std::shared_ptr<const graph::signature> signature_of(std::vector<graph::tensor_spec> inputs) {
+  return std::make_shared<const graph::signature>(graph::signature{"serving_default", "f", std::move(inputs), {}, {}});
+}
+
+signature_lookup fixed(std::shared_ptr<const graph::signature> sig) {
+  return [sig](const std::string& name) -> expected<std::shared_ptr<const graph::signature>> {
+    if (!name.empty() && name != sig->name) return make_error(errc::not_found, "no signature '" + name + "'");
+    return sig;
+  };
+}
+
+const graph::tensor_spec x_spec{"x", graph::value_type{dtype::f32, {-1, 2}}};
+const graph::tensor_spec ids_spec{"ids", graph::value_type{dtype::i64, {-1}}};
+
+}  // namespace
+
+TEST_CASE("predict bodies decode in TF Serving's row and columnar formats", "[serving][rest]") {
+  auto one = fixed(signature_of({x_spec}));
+  auto rows = decode_predict(R"({"instances": [[1, 2], [3.5, -4]]})", one);
+  REQUIRE(rows);
+  CHECK(rows->row_format);
+  CHECK(rows->inputs.front().value.to_vector<float>() == std::vector<float>{1, 2, 3.5f, -4});
+  CHECK(rows->inputs.front().value.shape() == shape{2, 2});
+
+  auto columns = decode_predict(R"({"signature_name": "serving_default", "inputs": [[1, 2], [3, 4], [5, 6]]})", one);
+  REQUIRE(columns);
+  CHECK_FALSE(columns->row_format);
+  CHECK(columns->inputs.front().value.shape() == shape{3, 2});
+
+  auto two = fixed(signature_of({x_spec, ids_spec}));
+  auto named = decode_predict(R"({"instances": [{"x": [1, 2], "ids": 7}, {"ids": 9007199254740993, "x": [3, 4]}]})", two);
+  REQUIRE(named);
+  CHECK(named->inputs[1].value.to_vector<int64_t>() == std::vector<int64_t>{7, 9007199254740993});  // > 2^53: exact
+  auto named_columns = decode_predict(R"({"inputs": {"x": [[1, 2]], "ids": [5]}})", two);
+  REQUIRE(named_columns);
+  CHECK(named_columns->inputs[0].name == "x");
+
+  // b64: the bytes of a row, in the input's dtype.
+  const float row[2] = {1.5f, -2.0f};
+  const std::string b64 = base64_encode(std::string_view{reinterpret_cast<const char*>(row), sizeof row});
+  auto binary = decode_predict(R"({"instances": [{"b64": ")" + b64 + R"("}]})", one);
+  REQUIRE(binary);
+  CHECK(binary->inputs.front().value.to_vector<float>() == std::vector<float>{1.5f, -2.0f});
+}
+
+TEST_CASE("bad predict bodies are refused with the field and position that is wrong", "[serving][rest]") {
+  auto one = fixed(signature_of({x_spec}));
+  auto two = fixed(signature_of({x_spec, ids_spec}));
+  auto refused = [](expected<rest_predict_request> r) {
+    REQUIRE_FALSE(r);
+    return r.error_value().message;
+  };
+  CHECK_THAT(refused(decode_predict("{\"instances\": [", one)), Catch::Contains("not valid JSON"));
+  CHECK_THAT(refused(decode_predict(R"([1, 2])", one)), Catch::Contains("JSON object"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [[1,2]], "inputs": [[1,2]]})", one)), Catch::Contains("exactly one"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [[1,2], [3]]})", one)), Catch::Contains("instances[1]"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [[1,2,3]]})", one)), Catch::Contains("instances[0]"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [["a", 2]]})", one)), Catch::Contains("string"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [[1,2]]})", two)), Catch::Contains("2 inputs"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [{"x": [1,2]}]})", two)), Catch::Contains("lacks input 'ids'"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [{"x": [1,2], "ids": 1, "z": 0}]})", two)), Catch::Contains("'z'"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [{"b64": "!!!"}]})", one)), Catch::Contains("base64"));
+  CHECK_THAT(refused(decode_predict(R"({"instances": [{"b64": "AAAA"}]})", one)), Catch::Contains("bytes"));
+  CHECK(decode_predict(R"({"signature_name": "other", "instances": [[1,2]]})", one).error_value().code == errc::not_found);
+}
+
+TEST_CASE("answers are written as TF Serving writes them, floats in their shortest exact form", "[serving][rest]") {
+  auto sig = std::make_shared<const graph::signature>(graph::signature{
+      "serving_default", "f", {x_spec}, {{"p", graph::value_type{dtype::f32, {-1, 2}}}, {"k", graph::value_type{dtype::i64, {-1}}}}, {}});
+  prediction answer{"m", 1, sig, {tensor::from_vector<float>({0.1f, 1e-8f, 3.0f, -0.0f}, {2, 2}), tensor::from_vector<int64_t>({4, 5}, {2})}};
+  CHECK(encode_predict(answer, true) == R"({"predictions":[{"p":[0.1,1e-08],"k":4},{"p":[3,-0],"k":5}]})");
+  CHECK(encode_predict(answer, false) == R"({"outputs":{"p":[[0.1,1e-08],[3,-0]],"k":[4,5]}})");
+  prediction single{"m", 1, signature_of({x_spec}), {tensor::from_vector<float>({0.5f, 2.0f}, {1, 2})}};
+  CHECK(encode_predict(single, true) == R"({"predictions":[[0.5,2]]})");
+  CHECK(json::parse(encode_predict(answer, true))["predictions"][0]["p"][0].get<float>() == 0.1f);
+  CHECK(http_status_for(errc::resource_exhausted) == 429);
+  CHECK(http_status_for(errc::timeout) == 504);
+  CHECK(http_status_for(errc::not_found) == 404);
+  CHECK(http_status_for(errc::invalid_argument) == 400);
+}
+
+TEST_CASE("the REST server answers TF Serving's API over kept-alive connections", "[serving][rest]") {
+  testing::scratch_dir scratch{"af_rest"};
+  testing::save_version(scratch.path, 1, 1);
+  testing::save_version(scratch.path, 4, 4);
+  runtime rt;
+  server_options options;
+  options.enable_batching = true;
+  options.poll_interval = std::chrono::milliseconds(0);
+  options.batching.max_batch_size = 4;
+  auto metrics = std::make_shared<serving_metrics>();
+  auto models = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string(),
+                                          .policy = {.choice = version_policy::kind::all}, .version_labels = {{"stable", 1}}}},
+                                    options, metrics);
+  REQUIRE(models);
+  http_options http;
+  http.port = 0;
+  http.max_body_bytes = 4096;
+  auto rest = http_server::start(**models, metrics, http);
+  REQUIRE(rest);
+  testing::http_client client{(*rest)->port()};
+
+  auto status = client.request("GET", "/v1/models/dense");
+  REQUIRE(status.status == 200);
+  auto doc = json::parse(status.body);
+  CHECK(doc["model_version_status"].size() == 2);
+  CHECK(doc["model_version_status"][0]["version"] == "4");
+  CHECK(doc["model_version_status"][0]["state"] == "AVAILABLE");
+  CHECK(doc["model_version_status"][0]["status"]["error_code"] == "OK");
+  CHECK(json::parse(client.request("GET", "/v1/models/dense/versions/1").body)["model_version_status"].size() == 1);
+
+  auto metadata = client.request("GET", "/v1/models/dense/metadata");
+  REQUIRE(metadata.status == 200);
+  auto meta = json::parse(metadata.body);
+  CHECK(meta["model_spec"]["version"] == "4");
+  auto& def = meta["metadata"]["signature_def"]["signature_def"]["serving_default"];
+  CHECK(def["inputs"]["x"]["dtype"] == "DT_FLOAT");
+  CHECK(def["inputs"]["x"]["tensor_shape"]["dim"][1]["size"] == "4");
+  CHECK(def["outputs"]["y"]["dtype"] == "DT_FLOAT");
+
+  const tensor x = tensor::from_vector<float>({1, 2, 3, 4, -1, 0, 0.5f, 2}, {2, 4});
+  const auto want4 = testing::small_dense(4).predict_on_batch({x}).value().front().to_vector<float>();
+  const auto want1 = testing::small_dense(1).predict_on_batch({x}).value().front().to_vector<float>();
+  const std::string body = R"({"instances": [[1, 2, 3, 4], [-1, 0, 0.5, 2]]})";
+  auto check_rows = [](const json& predictions, const std::vector<float>& want) {
+    REQUIRE(predictions.size() == 2);
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t c = 0; c < 3; ++c) CHECK(predictions[r][c].get<float>() == want[r * 3 + c]);
+  };
+  auto latest = client.request("POST", "/v1/models/dense:predict", body);
+  REQUIRE(latest.status == 200);
+  check_rows(json::parse(latest.body)["predictions"], want4);
+  auto by_version = client.request("POST", "/v1/models/dense/versions/1:predict", body);
+  REQUIRE(by_version.status == 200);
+  check_rows(json::parse(by_version.body)["predictions"], want1);
+  auto by_label = client.request("POST", "/v1/models/dense/labels/stable:predict", body);
+  REQUIRE(by_label.status == 200);
+  check_rows(json::parse(by_label.body)["predictions"], want1);
+  auto columnar = client.request("POST", "/v1/models/dense:predict", R"({"inputs": {"x": [[1, 2, 3, 4], [-1, 0, 0.5, 2]]}})");
+  REQUIRE(columnar.status == 200);
+  check_rows(json::parse(columnar.body)["outputs"], want4);
+
+  SECTION("errors carry TF Serving's statuses and say what was wrong") {
+    auto error_of = [](const testing::http_answer& a) { return json::parse(a.body)["error"].get<std::string>(); };
+    auto unknown = client.request("POST", "/v1/models/other:predict", body);
+    CHECK(unknown.status == 404);
+    CHECK_THAT(error_of(unknown), Catch::Contains("other"));
+    CHECK(client.request("POST", "/v1/models/dense/versions/9:predict", body).status == 404);
+    auto bad = client.request("POST", "/v1/models/dense:predict", R"({"instances": [[1, 2, 3]]})");
+    CHECK(bad.status == 400);
+    CHECK_THAT(error_of(bad), Catch::Contains("instances[0]"));
+    CHECK(client.request("POST", "/v1/models/dense:classify", body).status == 400);
+    CHECK(client.request("GET", "/v1/models/dense:predict").status == 405);
+    CHECK(client.request("GET", "/v2/anything").status == 404);
+    // Still the same connection: errors keep it alive.
+    CHECK(client.request("POST", "/v1/models/dense:predict", body).status == 200);
+    // A body over the limit is refused and the connection closed.
+    auto big = client.request("POST", "/v1/models/dense:predict", std::string(8192, ' '));
+    CHECK(big.status == 413);
+    CHECK(client.closed_by_server());
+  }
+
+  SECTION("metrics count requests, outcomes, batches and loads in Prometheus' format") {
+    client.request("POST", "/v1/models/other:predict", body);
+    auto scraped = client.request("GET", "/monitoring/prometheus/metrics");
+    REQUIRE(scraped.status == 200);
+    CHECK_THAT(scraped.headers, Catch::Contains("text/plain"));
+    CHECK_THAT(scraped.body, Catch::Contains(R"(actorflow_serving_request_count{model="dense",version="4",signature="serving_default",outcome="OK"} 2)"));
+    CHECK_THAT(scraped.body, Catch::Contains(R"(actorflow_serving_request_latency_seconds_bucket{model="dense",version="4",signature="serving_default",outcome="OK",le="+Inf"} 2)"));
+    CHECK_THAT(scraped.body, Catch::Contains(R"(actorflow_serving_model_load_count{model="dense",version="4",outcome="loaded"} 1)"));
+    CHECK_THAT(scraped.body, Catch::Contains(R"(actorflow_serving_queue_rows{model="dense",version="4",signature="serving_default"} 0)"));
+    CHECK_THAT(scraped.body, Catch::Contains("# TYPE actorflow_serving_batch_size histogram"));
+  }
+}
+
+TEST_CASE("a REST server with a bearer token refuses requests without it", "[serving][rest]") {
+  testing::scratch_dir scratch{"af_rest"};
+  testing::save_version(scratch.path, 1, 1);
+  runtime rt;
+  server_options options;
+  options.poll_interval = std::chrono::milliseconds(0);
+  auto models = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string()}}, options);
+  REQUIRE(models);
+  http_options http;
+  http.port = 0;
+  http.bearer_token = "s3cret";
+  auto rest = http_server::start(**models, nullptr, http);
+  REQUIRE(rest);
+  testing::http_client client{(*rest)->port()};
+  auto without = client.request("GET", "/v1/models/dense");
+  CHECK(without.status == 401);
+  CHECK_THAT(without.headers, Catch::Contains("Bearer"));
+  CHECK(client.request("GET", "/v1/models/dense", "", "Authorization: Bearer wrong\r\n").status == 401);
+  CHECK(client.request("GET", "/v1/models/dense", "", "Authorization: Bearer s3cret\r\n").status == 200);
+  // Another port taken: a clear error naming it.
+  http.port = (*rest)->port();
+  auto clash = http_server::start(**models, nullptr, http);
+  REQUIRE_FALSE(clash);
+  CHECK_THAT(clash.error_value().message, Catch::Contains(std::to_string(http.port)));
+}

@@ -1,0 +1,103 @@
+#pragma once
+
+// What the serving tests share: small SavedModels written as numbered versions, and a blocking
+// HTTP/1.1 client for the REST front end.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "ops/train/layers.hpp"
+#include "serialization/saved_model.hpp"
+
+namespace af::testing {
+
+/// A dense model x: f32[-1,4] -> y: f32[-1,3] with weights from `seed` (versions differ by seed).
+inline nn::model small_dense(uint64_t seed) {
+  auto x = nn::input({4}, dtype::f32, "x");
+  auto y = nn::dense(3, {.name = "y"})(x);
+  auto m = nn::model::functional({x}, {y}, {.seed = seed});
+  if (!m) throw std::runtime_error(m.error_value().message);
+  return std::move(*m);
+}
+
+/// Saves small_dense(seed) as `base/version`.
+inline void save_version(const std::filesystem::path& base, int64_t version, uint64_t seed) {
+  auto saved = saved_model::save(small_dense(seed), (base / std::to_string(version)).string());
+  if (!saved) throw std::runtime_error(saved.error_value().message);
+}
+
+struct http_answer {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+
+/// One keep-alive connection to 127.0.0.1:port; requests are sent one at a time.
+class http_client {
+ public:
+  explicit http_client(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("connect failed");
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~http_client() { ::close(fd_); }
+  http_client(const http_client&) = delete;
+  http_client& operator=(const http_client&) = delete;
+
+  /// Sends a request and reads its answer (Content-Length bodies); status 0 when the server
+  /// closed the connection without answering.
+  http_answer request(const std::string& method, const std::string& path, const std::string& body = "",
+                      const std::string& extra_headers = "") {
+    std::string raw = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" + extra_headers +
+                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    for (std::size_t sent = 0; sent < raw.size();) {
+      const ssize_t n = ::send(fd_, raw.data() + sent, raw.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return {};
+      sent += static_cast<std::size_t>(n);
+    }
+    std::size_t header_end;
+    while ((header_end = pending_.find("\r\n\r\n")) == std::string::npos)
+      if (!read_more()) return {};
+    http_answer out;
+    out.headers = pending_.substr(0, header_end);
+    out.status = std::stoi(out.headers.substr(9, 3));
+    std::size_t length = 0;
+    for (const char* key : {"Content-Length: ", "content-length: "})
+      if (auto at = out.headers.find(key); at != std::string::npos) length = std::stoul(out.headers.substr(at + 16));
+    while (pending_.size() < header_end + 4 + length)
+      if (!read_more()) return {};
+    out.body = pending_.substr(header_end + 4, length);
+    pending_.erase(0, header_end + 4 + length);
+    return out;
+  }
+
+  /// Whether the server has closed this connection (reads EOF).
+  bool closed_by_server() {
+    char c;
+    return ::recv(fd_, &c, 1, 0) == 0;
+  }
+
+ private:
+  bool read_more() {
+    char buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    pending_.append(buf, static_cast<std::size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  std::string pending_;
+};
+
+}  // namespace af::testing
