@@ -1,0 +1,313 @@
+// bench_serving: `actorflow serve`'s REST path under an open-loop load generator (latency counted
+// from each request's scheduled time), against the same model run offline in this process, and
+// against Ray Serve (bench/serving_reference.py) when Ray and PyTorch are installed.
+//
+// For the MLP 784-512-512-10 and the digits CNN, single-row JSON requests over 32 keep-alive
+// connections:
+//   offline_rows_per_s   the loaded SavedModel called directly at batch 32 (the baseline)
+//   saturation_per_s     closed loop, batching on (max 32, 2 ms timeout); ratio to offline
+//   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
+//   p50/p90/p99/p999_ms  open loop at 50% of saturation; p99_budget_ms = timeout + 3 x batch time
+//   batch sizes          mean real rows per batch at 50% load
+// Overload (MLP): open loop at 2x saturation with a short queue: RSS drift and how fast the
+// excess is answered 429. --quick shortens every phase (the overload to 3 s instead of 30 s).
+//
+//   build/bench/bench_serving [--quick] [--no-peer]
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "actors/runtime.hpp"
+#include "apps/serving/http_server.hpp"
+#include "apps/serving/metrics.hpp"
+#include "apps/serving/model_server.hpp"
+#include "bench/bench_common.hpp"
+#include "bench/load_generator.hpp"
+#include "ops/train/layers.hpp"
+#include "serialization/npy.hpp"
+#include "serialization/saved_model.hpp"
+#include "strategies/digits.hpp"
+
+using namespace af;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct phase_lengths {
+  std::chrono::milliseconds saturation, open_loop, overload, offline;
+};
+
+nn::model mlp_784() {
+  auto x = nn::input({784}, dtype::f32, "image");
+  auto h = nn::dense(512, {.activation = "relu"})(x);
+  h = nn::dense(512, {.activation = "relu"})(h);
+  auto y = nn::dense(10, {.name = "logits"})(h);
+  return nn::model::functional({x}, {y}, {.seed = 1}).value();
+}
+
+// {"instances": [[...]]} with one row of `values` numbers in [0, 1), three decimals (pixels).
+std::string one_row_body(std::size_t values, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int> pixel(0, 999);
+  std::string body = "{\"instances\": [[";
+  for (std::size_t i = 0; i < values; ++i) {
+    if (i) body += ',';
+    const int p = pixel(rng);
+    body += p == 0 ? "0" : "0." + std::to_string(1000 + p).substr(1);
+  }
+  return body + "]]}";
+}
+
+// {"instances": [image]} with one 8x8x1 image of pixels in [0, 1).
+std::string one_image_body(uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int> pixel(0, 999);
+  std::string body = "{\"instances\": [[";
+  for (int r = 0; r < 8; ++r) {
+    body += r ? ",[" : "[";
+    for (int c = 0; c < 8; ++c) body += (c ? ",[0." : "[0.") + std::to_string(1000 + pixel(rng)).substr(1) + "]";
+    body += "]";
+  }
+  return body + "]]}";
+}
+
+void must(const expected<void>& done) {
+  if (!done) {
+    std::fprintf(stderr, "bench_serving: %s\n", done.error_value().message.c_str());
+    std::exit(1);
+  }
+}
+
+double rss_mib() {
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+// Rows per second of the loaded model called directly at batch 32, and one batch's median time.
+std::pair<double, double> offline_throughput(const std::string& dir, const shape& row_dims, std::chrono::milliseconds span) {
+  auto loaded = saved_model::load(dir).value();
+  shape dims{32};
+  for (int64_t d : row_dims) dims.push_back(d);
+  const tensor x = tensor::full(dims, 0.5, dtype::f32).value();
+  for (int i = 0; i < 5; ++i) (void)loaded.call("serving_default", {x});
+  std::vector<double> times;
+  const auto until = std::chrono::steady_clock::now() + span;
+  while (std::chrono::steady_clock::now() < until)
+    times.push_back(bench::seconds_of([&] { (void)loaded.call("serving_default", {x}); }));
+  const double batch_s = bench::median(times);
+  return {32.0 / batch_s, batch_s};
+}
+
+struct served {
+  runtime* rt;
+  std::unique_ptr<serving::model_server> models;
+  std::unique_ptr<serving::http_server> rest;
+  std::shared_ptr<serving::serving_metrics> metrics = std::make_shared<serving::serving_metrics>();
+
+  served(runtime& r, const std::string& base, bool batching, std::size_t max_enqueued_batches = 64) : rt(&r) {
+    serving::server_options o;
+    o.enable_batching = batching;
+    o.batching.max_batch_size = 32;
+    o.batching.batch_timeout = 2000us;
+    o.batching.max_enqueued_batches = max_enqueued_batches;
+    o.batching.num_batch_threads = 1;
+    o.unbatched_threads = 2;
+    o.poll_interval = 0ms;
+    models = serving::model_server::start(r, {{.name = "m", .base_path = base}}, o, metrics).value();
+    serving::http_options h;
+    h.port = 0;
+    h.threads = 2;
+    rest = serving::http_server::start(*models, metrics, h).value();
+  }
+
+  double mean_batch_rows() const {
+    uint64_t batches = 0, rows = 0;
+    for (const auto& q : metrics_queues()) {
+      batches += q.stats.batches;
+      rows += q.stats.rows;
+    }
+    return batches ? static_cast<double>(rows) / static_cast<double>(batches) : 0;
+  }
+  std::vector<serving::queue_sample> metrics_queues() const { return metrics->queues(); }
+};
+
+bench::load_options load_at(uint16_t port, double rate, std::chrono::milliseconds span) {
+  bench::load_options o;
+  o.port = port;
+  o.connections = 32;
+  o.rate_per_second = rate;
+  o.duration = span;
+  o.warmup = 300ms;
+  return o;
+}
+
+struct model_figures {
+  double offline = 0, batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
+  uint64_t open_loop_errors = 0;
+};
+
+model_figures measure_model(runtime& rt, const std::string& base, const shape& row_dims, const std::string& body,
+                            const phase_lengths& len) {
+  model_figures f;
+  auto [offline, batch_s] = offline_throughput(base + "/1", row_dims, len.offline);
+  f.offline = offline;
+  f.batch_ms = batch_s * 1e3;
+  const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = body};
+  {
+    served s{rt, base, true};
+    auto sat = bench::run_closed_loop(req, load_at(s.rest->port(), 0, len.saturation));
+    f.saturation = sat.achieved_per_second;
+    auto open = bench::run_open_loop(req, load_at(s.rest->port(), f.saturation * 0.5, len.open_loop));
+    f.p50 = open.percentile_us(50) / 1e3;
+    f.p90 = open.percentile_us(90) / 1e3;
+    f.p99 = open.percentile_us(99) / 1e3;
+    f.p999 = open.percentile_us(99.9) / 1e3;
+    f.open_loop_errors = open.scheduled - open.ok;
+    f.mean_batch = s.mean_batch_rows();
+  }
+  {
+    served s{rt, base, false};
+    f.unbatched = bench::run_closed_loop(req, load_at(s.rest->port(), 0, len.saturation)).achieved_per_second;
+  }
+  return f;
+}
+
+void add_model(bench::json_line& out, const std::string& name, const model_figures& f) {
+  out.add(name + "_offline_rows_per_s", f.offline);
+  out.add(name + "_batch32_ms", f.batch_ms);
+  out.add(name + "_saturation_per_s", f.saturation);
+  out.add(name + "_saturation_vs_offline", f.saturation / f.offline);
+  out.add(name + "_unbatched_per_s", f.unbatched);
+  out.add(name + "_batching_speedup", f.saturation / f.unbatched);
+  out.add(name + "_p50_ms", f.p50);
+  out.add(name + "_p90_ms", f.p90);
+  out.add(name + "_p99_ms", f.p99);
+  out.add(name + "_p999_ms", f.p999);
+  out.add(name + "_p99_budget_ms", 2.0 + 3 * f.batch_ms);
+  out.add(name + "_open_loop_errors", static_cast<double>(f.open_loop_errors));
+  out.add(name + "_mean_batch_rows", f.mean_batch);
+  std::fprintf(stderr, "%s: offline %.0f rows/s, saturation %.0f req/s (%.2fx offline), unbatched %.0f (batching %.1fx), "
+               "50%% load p50 %.2f p99 %.2f p99.9 %.2f ms (budget %.2f), mean batch %.1f\n",
+               name.c_str(), f.offline, f.saturation, f.saturation / f.offline, f.unbatched, f.saturation / f.unbatched, f.p50,
+               f.p99, f.p999, 2.0 + 3 * f.batch_ms, f.mean_batch);
+}
+
+// Ray Serve serving the same MLP weights, measured by the same generator; false when absent.
+bool measure_ray(const std::string& weights_dir, const std::string& body, const phase_lengths& len, bench::json_line& out,
+                 double our_saturation, double our_p99) {
+  if (std::system("python3 -c 'import ray.serve, torch' >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "ray: SKIP: ray[serve] or torch is not installed (pip install 'ray[serve]' torch)\n");
+    out.add("ray", std::string{"skipped: not installed"});
+    return false;
+  }
+  const std::string script = std::string{AF_SOURCE_DIR} + "/bench/serving_reference.py";
+  const std::string log = (fs::temp_directory_path() / "af_bench_ray.log").string();
+  const pid_t child = fork();
+  if (child == 0) {
+    setpgid(0, 0);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execlp("python3", "python3", script.c_str(), "--serve", "--port", "8000", "--weights", weights_dir.c_str(), nullptr);
+    _exit(127);
+  }
+  bool ready = false;
+  for (int i = 0; i < 1200 && !ready; ++i) {
+    std::this_thread::sleep_for(100ms);
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ready = text.find("READY") != std::string::npos;
+  }
+  if (ready) {
+    const bench::load_request req{.method = "POST", .path = "/", .body = body};
+    auto sat = bench::run_closed_loop(req, load_at(8000, 0, len.saturation));
+    auto open = bench::run_open_loop(req, load_at(8000, sat.achieved_per_second * 0.5, len.open_loop));
+    out.add("ray_saturation_per_s", sat.achieved_per_second);
+    out.add("ray_p99_ms", open.percentile_us(99) / 1e3);
+    out.add("saturation_vs_ray", our_saturation / sat.achieved_per_second);
+    out.add("p99_vs_ray", our_p99 / (open.percentile_us(99) / 1e3));
+    std::fprintf(stderr, "ray: saturation %.0f req/s, p99 at 50%% %.2f ms\n", sat.achieved_per_second, open.percentile_us(99) / 1e3);
+  } else {
+    std::fprintf(stderr, "ray: the server did not come up in 120 s (log: %s)\n", log.c_str());
+    out.add("ray", std::string{"failed to start"});
+  }
+  kill(-child, SIGTERM);
+  waitpid(child, nullptr, 0);
+  return ready;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = bench::has_flag(argc, argv, "--quick");
+  const phase_lengths len = quick ? phase_lengths{1500ms, 2000ms, 3000ms, 500ms} : phase_lengths{4000ms, 6000ms, 30000ms, 2000ms};
+  const fs::path root = fs::temp_directory_path() / ("af_bench_serving_" + std::to_string(getpid()));
+  fs::create_directories(root);
+  // One kernel thread: the model's batches take one core and the HTTP threads the other (a batch
+  // split over both cores would stall every connection while it runs).
+  runtime_options ro;
+  ro.kernel_threads = bench::has_flag(argc, argv, "--kernel-threads-2") ? 2 : 1;
+  runtime rt{ro};
+
+  auto mlp = mlp_784();
+  must(saved_model::save(mlp, (root / "mlp" / "1").string()));
+  for (std::size_t i = 0; i < mlp.weights().size(); ++i) {
+    const fs::path file = root / "mlp_weights" / (mlp.weights()[i].name + ".npy");
+    fs::create_directories(file.parent_path());
+    must(npy::write(file.string(), mlp.weight_values()[i]));
+  }
+  auto cnn = train::digits_cnn(1).value();
+  must(saved_model::save(cnn, (root / "cnn" / "1").string()));
+
+  bench::json_line out;
+  out.add("quick", quick);
+  const std::string mlp_body = one_row_body(784, 1);
+  const auto mlp_figures = measure_model(rt, (root / "mlp").string(), {784}, mlp_body, len);
+  add_model(out, "mlp", mlp_figures);
+  const auto cnn_figures = measure_model(rt, (root / "cnn").string(), {8, 8, 1}, one_image_body(2), len);
+  add_model(out, "cnn", cnn_figures);
+
+  // Overload: twice the saturation rate against a short queue.
+  {
+    served s{rt, (root / "mlp").string(), true, /*max_enqueued_batches=*/2};
+    const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = mlp_body};
+    // Enough connections that the excess reaches the server (32 would hold at most 32 requests,
+    // fewer than the queue's 64 rows): the server, not the client, must refuse it.
+    auto overload_at = load_at(s.rest->port(), mlp_figures.saturation * 2, 1000ms);
+    overload_at.connections = 512;
+    auto warm = bench::run_open_loop(req, overload_at);
+    const double rss_before = rss_mib();
+    overload_at.duration = len.overload;
+    auto over = bench::run_open_loop(req, overload_at);
+    const double rss_after = rss_mib();
+    const auto& refused = over.latencies_by_status_us[429];
+    out.add("overload_seconds", std::chrono::duration<double>(len.overload).count());
+    out.add("overload_ok_per_s", static_cast<double>(over.ok) / over.measured_seconds);
+    out.add("overload_429_share", over.completed ? static_cast<double>(over.status_counts[429]) / static_cast<double>(over.completed) : 0);
+    out.add("overload_429_p99_ms", bench::percentile_of(refused, 99) / 1e3);
+    out.add("overload_other_errors", static_cast<double>(over.completed - over.ok - over.status_counts[429] + over.failed + over.not_answered));
+    out.add("overload_rss_drift", rss_after / rss_before - 1);
+    std::fprintf(stderr, "overload 2x for %.0f s: %.0f ok/s, %llu answered 429 (p99 %.2f ms from schedule), RSS %.1f -> %.1f MiB\n",
+                 std::chrono::duration<double>(len.overload).count(), static_cast<double>(over.ok) / over.measured_seconds,
+                 static_cast<unsigned long long>(over.status_counts[429]), bench::percentile_of(refused, 99) / 1e3, rss_before, rss_after);
+    (void)warm;
+  }
+
+  if (!bench::has_flag(argc, argv, "--no-peer"))
+    measure_ray((root / "mlp_weights").string(), mlp_body, len, out, mlp_figures.saturation, mlp_figures.p99);
+  fs::remove_all(root);
+  out.print();
+  return 0;
+}
