@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 
 namespace af::serving {
@@ -50,6 +51,46 @@ struct numeric_array {
   int leaf_depth = -1;   // the depth of the arrays that hold numbers
 };
 
+// Clinger's fast path: a decimal of at most 15 significant digits and a power of ten within 1e22
+// are both exact doubles, so one multiplication or division gives the correctly rounded value.
+// Most numbers in requests ("0.347", "12", "-1.5e-3") take it; the rest go to from_chars.
+bool exact_decimal(const char* p, const char* end, double& out) {
+  static constexpr double powers[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+  const bool negative = p < end && *p == '-';
+  if (negative) ++p;
+  uint64_t mantissa = 0;
+  int digits = 0, exponent = 0;
+  bool any = false;
+  for (; p < end && *p >= '0' && *p <= '9'; ++p, any = true) {
+    if (mantissa != 0 || *p != '0') ++digits;
+    mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
+  }
+  if (p < end && *p == '.') {
+    for (++p; p < end && *p >= '0' && *p <= '9'; ++p, any = true) {
+      if (mantissa != 0 || *p != '0') ++digits;
+      mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
+      --exponent;
+    }
+  }
+  if (!any || digits > 15) return false;
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    const bool minus = p < end && *p == '-';
+    if (p < end && (*p == '-' || *p == '+')) ++p;
+    int e = 0;
+    bool exponent_digits = false;
+    for (; p < end && *p >= '0' && *p <= '9' && e < 1000; ++p, exponent_digits = true) e = e * 10 + (*p - '0');
+    if (!exponent_digits) return false;
+    exponent += minus ? -e : e;
+  }
+  if (p != end || exponent < -22 || exponent > 22) return false;
+  double v = static_cast<double>(mantissa);
+  v = exponent >= 0 ? v * powers[exponent] : v / powers[-exponent];
+  out = negative ? -v : v;
+  return true;
+}
+
 bool number(cursor& c, numeric_array& a) {
   c.skip_space();
   const char* start = c.at;
@@ -61,8 +102,10 @@ bool number(cursor& c, numeric_array& a) {
   }
   if (p == start) return false;
   double v = 0;
-  auto r = std::from_chars(start, p, v);
-  if (r.ec != std::errc{} || r.ptr != p) return false;
+  if (!exact_decimal(start, p, v)) {
+    auto r = std::from_chars(start, p, v);
+    if (r.ec != std::errc{} || r.ptr != p) return false;
+  }
   a.values.push_back(v);
   if (a.integral) {
     int64_t i = 0;

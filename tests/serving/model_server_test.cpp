@@ -224,3 +224,21 @@ TEST_CASE("a server refuses a configuration that cannot work", "[serving]") {
   REQUIRE(empty);
   CHECK((*empty)->predict({.name = "m"}, {{"x", some_rows(1)}}).error_value().code == errc::not_found);
 }
+
+TEST_CASE("a version whose recorded warmup requests do not parse is refused, naming the file", "[serving]") {
+  testing::scratch_dir scratch{"af_serving"};
+  testing::save_version(scratch.path, 1, 1);
+  fs::create_directories(scratch.path / "1" / "assets.extra");
+  {
+    std::ofstream garbage(scratch.path / "1" / "assets.extra" / "tf_serving_warmup_requests", std::ios::binary);
+    garbage << "not a TFRecord file";
+  }
+  runtime rt;
+  auto server = model_server::start(rt, {{.name = "m", .base_path = scratch.path.string()}}, manual_polling());
+  REQUIRE(server);
+  auto status = (*server)->status("m", std::nullopt).value();
+  REQUIRE(status.size() == 1);
+  CHECK(status[0].state == version_state::end);
+  CHECK_THAT(status[0].status.message, Catch::Contains("tf_serving_warmup_requests"));
+  CHECK((*server)->predict({.name = "m"}, {{"x", some_rows(1)}}).error_value().code == errc::not_found);
+}

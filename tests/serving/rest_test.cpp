@@ -7,12 +7,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
+#include <random>
+
 #include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
 #include "apps/serving/http_server.hpp"
 #include "apps/serving/metrics.hpp"
 #include "apps/serving/model_server.hpp"
 #include "apps/serving/rest_codec.hpp"
+#include "apps/serving/rest_fast_decode.hpp"
 #include "serving_fixtures.hpp"
 
 using namespace af;
@@ -175,6 +179,12 @@ TEST_CASE("the REST server answers TF Serving's API over kept-alive connections"
     CHECK(client.request("POST", "/v1/models/dense:classify", body).status == 400);
     CHECK(client.request("GET", "/v1/models/dense:predict").status == 405);
     CHECK(client.request("GET", "/v2/anything").status == 404);
+    // A deadline that has passed when the request reaches the queue: 504, without running.
+    auto late = client.request("POST", "/v1/models/dense:predict", body, "X-Request-Timeout-Ms: 0\r\n");
+    CHECK(late.status == 504);
+    CHECK_THAT(error_of(late), Catch::Contains("deadline"));
+    CHECK(client.request("POST", "/v1/models/dense:predict", body, "X-Request-Timeout-Ms: soon\r\n").status == 400);
+    CHECK(client.request("POST", "/v1/models/dense:predict", body, "X-Request-Timeout-Ms: 60000\r\n").status == 200);
     // Still the same connection: errors keep it alive.
     CHECK(client.request("POST", "/v1/models/dense:predict", body).status == 200);
     // A body over the limit is refused and the connection closed.
@@ -220,4 +230,43 @@ TEST_CASE("a REST server with a bearer token refuses requests without it", "[ser
   auto clash = http_server::start(**models, nullptr, http);
   REQUIRE_FALSE(clash);
   CHECK_THAT(clash.error_value().message, Catch::Contains(std::to_string(http.port)));
+}
+
+TEST_CASE("the common body decodes without a JSON document to the same values as the general path", "[serving][rest]") {
+  const graph::tensor_spec wide{"x", graph::value_type{dtype::f32, {-1, 400}}};
+  auto lookup = fixed(signature_of({wide}));
+  std::mt19937_64 rng(7);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 400; ++i) {
+    char buf[64];
+    switch (i % 5) {
+      case 0: std::snprintf(buf, sizeof buf, "0.%03d", static_cast<int>(rng() % 1000)); break;
+      case 1: std::snprintf(buf, sizeof buf, "%.17g", std::uniform_real_distribution<double>(-1e3, 1e3)(rng)); break;
+      case 2: std::snprintf(buf, sizeof buf, "%de%d", static_cast<int>(rng() % 2000) - 1000, static_cast<int>(rng() % 60) - 30); break;
+      case 3: std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(rng() % 100000) - 50000); break;
+      default: std::snprintf(buf, sizeof buf, "%.6e", std::uniform_real_distribution<double>(-1, 1)(rng) * 1e-25); break;
+    }
+    texts.push_back(buf);
+  }
+  std::string row = "[";
+  for (std::size_t i = 0; i < texts.size(); ++i) row += (i ? ", " : "") + texts[i];
+  row += "]";
+  const std::string body = "{\"instances\": [" + row + ", " + row + "]}";
+  auto simple = decode_simple_predict(body, lookup);
+  REQUIRE(simple);
+  auto general = decode_predict(body, lookup);
+  REQUIRE(general);
+  const auto a = simple->inputs[0].value.to_vector<float>();
+  const auto b = general->inputs[0].value.to_vector<float>();
+  REQUIRE(a.size() == 800);
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    INFO(texts[i]);
+    CHECK(std::memcmp(&a[i], &b[i], sizeof(float)) == 0);
+    CHECK(a[i] == static_cast<float>(std::strtod(texts[i].c_str(), nullptr)));
+  }
+  // Anything irregular is left to the general path (which names the problem).
+  CHECK_FALSE(decode_simple_predict(R"({"instances": [[1, 2], [3]]})", lookup));
+  CHECK_FALSE(decode_simple_predict(R"({"instances": [{"x": [1]}]})", lookup));
+  CHECK_FALSE(decode_simple_predict(R"({"instances": [[1, NaN]]})", lookup));
+  CHECK_FALSE(decode_simple_predict(R"({"instances": [[1, 2]], "extra": 1})", lookup));
 }
