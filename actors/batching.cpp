@@ -8,6 +8,9 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -286,7 +289,9 @@ void try_dispatch(batcher_actor* self) {
   }
 }
 
-caf::behavior replica(caf::event_based_actor*, batch_function run) {
+caf::behavior replica(caf::event_based_actor*, batch_function run, int nice) {
+  // A detached actor initialises on its own thread: this lowers that thread's priority only.
+  if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice);
   return {[run](run_batch_atom, std::vector<tensor>& inputs) -> caf::result<std::vector<tensor>> {
     expected<std::vector<tensor>> out = make_error(errc::invalid_argument, "the batch function threw");
     try {
@@ -385,7 +390,7 @@ expected<batching_queue> batching_queue::start(runtime& rt, batch_function run, 
   state->counters->stats.batch_sizes.assign(options.max_batch_size + 1, 0);
   state->capacity_rows = options.max_enqueued_batches * options.max_batch_size;
   for (std::size_t i = 0; i < options.num_batch_threads; ++i)
-    state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run));
+    state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run, options.replica_nice));
   state->batcher = state->sys->spawn(batcher, std::move(options), std::move(inputs), state->replicas, state->counters);
   return batching_queue{std::move(state)};
 }

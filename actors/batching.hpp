@@ -49,6 +49,11 @@ struct batching_options {
   /// join one batch, each padded with zeros at the end to the batch's largest. Without it, a
   /// batch holds only requests of the same dims.
   bool pad_variable_length_inputs = false;
+  /// Niceness added to the replicas' threads (Linux, 0..19). A server gives its I/O threads the
+  /// upper hand this way: when the CPU is short, it still reads every request and refuses the
+  /// excess at once, instead of letting the model's batches starve the reading and every request
+  /// (refused ones too) wait behind them.
+  int replica_nice = 0;
 };
 
 /// The model on a batch: every input with the batch's rows first; every output with the same rows

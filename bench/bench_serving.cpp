@@ -110,6 +110,8 @@ std::pair<double, double> offline_throughput(const std::string& dir, const shape
   return {32.0 / batch_s, batch_s};
 }
 
+bool nice_replicas = true;
+
 struct served {
   runtime* rt;
   std::unique_ptr<serving::model_server> models;
@@ -123,6 +125,7 @@ struct served {
     o.batching.batch_timeout = 2000us;
     o.batching.max_enqueued_batches = max_enqueued_batches;
     o.batching.num_batch_threads = 1;
+    o.batching.replica_nice = nice_replicas ? 5 : 0;
     o.unbatched_threads = 2;
     o.poll_interval = 0ms;
     models = serving::model_server::start(r, {{.name = "m", .base_path = base}}, o, metrics).value();
@@ -154,6 +157,7 @@ bench::load_options load_at(uint16_t port, double rate, std::chrono::millisecond
 }
 
 struct model_figures {
+  double rows32_per_s = 0;  // closed loop with 32-row requests: the topology without JSON per row dominating
   double offline = 0, batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
   uint64_t open_loop_errors = 0;
 };
@@ -176,6 +180,15 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
     f.p999 = open.percentile_us(99.9) / 1e3;
     f.open_loop_errors = open.scheduled - open.ok;
     f.mean_batch = s.mean_batch_rows();
+    // Requests of a full batch each: the server's per-request costs spread over 32 rows.
+    std::string rows = body.substr(std::string{"{\"instances\": ["}.size());
+    rows = rows.substr(0, rows.size() - 2);
+    std::string big = "{\"instances\": [";
+    for (int i = 0; i < 32; ++i) big += (i ? "," : "") + rows;
+    const bench::load_request req32{.method = "POST", .path = "/v1/models/m:predict", .body = big + "]}"};
+    auto options32 = load_at(s.rest->port(), 0, len.saturation);
+    options32.connections = 4;
+    f.rows32_per_s = 32 * bench::run_closed_loop(req32, options32).achieved_per_second;
   }
   {
     served s{rt, base, false};
@@ -189,6 +202,8 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_batch32_ms", f.batch_ms);
   out.add(name + "_saturation_per_s", f.saturation);
   out.add(name + "_saturation_vs_offline", f.saturation / f.offline);
+  out.add(name + "_rows32_requests_rows_per_s", f.rows32_per_s);
+  out.add(name + "_rows32_vs_offline", f.rows32_per_s / f.offline);
   out.add(name + "_unbatched_per_s", f.unbatched);
   out.add(name + "_batching_speedup", f.saturation / f.unbatched);
   out.add(name + "_p50_ms", f.p50);
@@ -198,10 +213,10 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_p99_budget_ms", 2.0 + 3 * f.batch_ms);
   out.add(name + "_open_loop_errors", static_cast<double>(f.open_loop_errors));
   out.add(name + "_mean_batch_rows", f.mean_batch);
-  std::fprintf(stderr, "%s: offline %.0f rows/s, saturation %.0f req/s (%.2fx offline), unbatched %.0f (batching %.1fx), "
-               "50%% load p50 %.2f p99 %.2f p99.9 %.2f ms (budget %.2f), mean batch %.1f\n",
-               name.c_str(), f.offline, f.saturation, f.saturation / f.offline, f.unbatched, f.saturation / f.unbatched, f.p50,
-               f.p99, f.p999, 2.0 + 3 * f.batch_ms, f.mean_batch);
+  std::fprintf(stderr, "%s: offline %.0f rows/s, saturation %.0f req/s (%.2fx offline; 32-row requests %.0f rows/s, %.2fx), "
+               "unbatched %.0f (batching %.1fx), 50%% load p50 %.2f p99 %.2f p99.9 %.2f ms (budget %.2f), mean batch %.1f\n",
+               name.c_str(), f.offline, f.saturation, f.saturation / f.offline, f.rows32_per_s, f.rows32_per_s / f.offline, f.unbatched,
+               f.saturation / f.unbatched, f.p50, f.p99, f.p999, 2.0 + 3 * f.batch_ms, f.mean_batch);
 }
 
 // Ray Serve serving the same MLP weights, measured by the same generator; false when absent.
@@ -252,6 +267,7 @@ bool measure_ray(const std::string& weights_dir, const std::string& body, const 
 
 int main(int argc, char** argv) {
   const bool quick = bench::has_flag(argc, argv, "--quick");
+  nice_replicas = !bench::has_flag(argc, argv, "--no-nice");
   const phase_lengths len = quick ? phase_lengths{1500ms, 2000ms, 3000ms, 500ms} : phase_lengths{4000ms, 6000ms, 30000ms, 2000ms};
   const fs::path root = fs::temp_directory_path() / ("af_bench_serving_" + std::to_string(getpid()));
   fs::create_directories(root);
@@ -303,6 +319,33 @@ int main(int argc, char** argv) {
                  std::chrono::duration<double>(len.overload).count(), static_cast<double>(over.ok) / over.measured_seconds,
                  static_cast<unsigned long long>(over.status_counts[429]), bench::percentile_of(refused, 99) / 1e3, rss_before, rss_after);
     (void)warm;
+    for (const auto& [status, count] : over.status_counts) std::fprintf(stderr, "  overload status %d: %llu\n", status, static_cast<unsigned long long>(count));
+    std::fprintf(stderr, "  overload failed %llu, not answered %llu, 429 p50 %.2f ms\n", static_cast<unsigned long long>(over.failed),
+                 static_cast<unsigned long long>(over.not_answered), bench::percentile_of(refused, 50) / 1e3);
+  }
+
+  // A new version under load at half the saturation rate: every request must be answered 200.
+  {
+    served s{rt, (root / "mlp").string(), true};
+    const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = mlp_body};
+    bench::load_result during;
+    std::thread load([&] { during = bench::run_open_loop(req, load_at(s.rest->port(), mlp_figures.saturation * 0.5, len.open_loop)); });
+    std::this_thread::sleep_for(len.open_loop / 3);
+    auto next = mlp_784();
+    must(saved_model::save(next, (root / "mlp" / "2").string()));
+    const auto swap_started = std::chrono::steady_clock::now();
+    s.models->poll_now();
+    const double swap_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - swap_started).count();
+    load.join();
+    const auto now_serving = s.models->status("m", std::nullopt).value();
+    const uint64_t failed = during.scheduled - during.ok;
+    out.add("swap_requests", static_cast<double>(during.scheduled));
+    out.add("swap_failed_requests", static_cast<double>(failed));
+    out.add("swap_load_warmup_drain_ms", swap_ms);
+    out.add("swap_p99_ms", during.percentile_us(99) / 1e3);
+    std::fprintf(stderr, "swap under load: %llu requests, %llu failed, version %lld serving after a %.0f ms load+warmup+drain, p99 %.2f ms\n",
+                 static_cast<unsigned long long>(during.scheduled), static_cast<unsigned long long>(failed),
+                 static_cast<long long>(now_serving.front().version), swap_ms, during.percentile_us(99) / 1e3);
   }
 
   if (!bench::has_flag(argc, argv, "--no-peer"))
