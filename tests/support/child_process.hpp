@@ -75,6 +75,11 @@ class child_process {
     if (pid_ > 0) ::kill(pid_, SIGKILL);
   }
 
+  /// Sends `signal` (SIGTERM, SIGINT: asks a server to stop); finish() collects how it exited.
+  void signal(int signal) {
+    if (pid_ > 0) ::kill(pid_, signal);
+  }
+
   /// The next whole line of stdout (without its '\n'); nullopt at the end of output or after `limit`.
   std::optional<std::string> read_line(std::chrono::milliseconds limit) {
     const auto deadline = clock_type::now() + limit;

@@ -1,0 +1,115 @@
+// `actorflow serve` as a user runs it: TF Serving's flags, the line that says it is ready, clear
+// errors for flags and files that do not fit, a clean stop on SIGTERM, and TF Serving's own
+// Python clients (REST with `requests`, gRPC with tensorflow-serving-api) working unchanged.
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <regex>
+
+#include "../support/scratch_dir.hpp"
+#include "../support/skip.hpp"
+#include "cli_test_support.hpp"
+#include "ops/train/layers.hpp"
+#include "serialization/saved_model.hpp"
+
+using namespace af;
+using namespace af::testing;
+using Catch::Contains;
+
+namespace {
+
+void save_dense_model(const std::filesystem::path& dir) {
+  auto x = nn::input({4}, dtype::f32, "x");
+  auto y = nn::dense(3, {.name = "y"})(x);
+  auto model = nn::model::functional({x}, {y}, {.seed = 5});
+  REQUIRE(model);
+  REQUIRE(saved_model::save(*model, dir.string()));
+}
+
+struct ports {
+  int rest = 0, grpc = 0, actor = 0;
+};
+
+// Reads the server's stdout up to its ready line.
+ports wait_ready(child_process& server) {
+  for (;;) {
+    auto line = server.read_line(std::chrono::seconds(60));
+    REQUIRE(line);
+    std::smatch m;
+    if (std::regex_search(*line, m, std::regex{R"(serving: ready rest=(\d+) grpc=(\d+) actor=(\d+))"}))
+      return {std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3])};
+  }
+}
+
+}  // namespace
+
+TEST_CASE("actorflow serve starts on TF Serving's flags and stops cleanly on SIGTERM", "[cli][serve]") {
+  scratch_dir cwd{"af_cli_serve"};
+  save_dense_model(cwd.path / "models" / "dense" / "1");
+  {
+    std::ofstream batching{cwd.path / "batching.txt"};
+    batching << "max_batch_size { value: 16 }\nbatch_timeout_micros { value: 500 }\nnum_batch_threads { value: 2 }\n"
+                "allowed_batch_sizes: 8\nallowed_batch_sizes: 16\n";
+  }
+  child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_name=dense", "--model_base_path=" + (cwd.path / "models" / "dense").string(),
+                        "--rest_api_port=-1", "--port=-1", "--enable_batching", "--batching_parameters_file=batching.txt",
+                        "--file_system_poll_wait_seconds=0"},
+                       cwd.path};
+  const ports p = wait_ready(server);
+  CHECK(p.rest > 0);
+  CHECK(p.grpc > 0);
+  CHECK(p.actor == 0);
+  server.signal(SIGTERM);
+  auto r = server.finish(std::chrono::seconds(30));
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("serving: model 'dense': 1 AVAILABLE") && Contains("SIGTERM, stopping"));
+}
+
+TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them", "[cli][serve]") {
+  scratch_dir cwd{"af_cli_serve"};
+  save_dense_model(cwd.path / "m" / "1");
+  const std::string base = "--model_base_path=" + (cwd.path / "m").string();
+  auto refused = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "serve");
+    auto r = actorflow(args, cwd.path);
+    INFO(command_line(args) << "\n" << describe(r));
+    CHECK(r.exit_code != 0);
+    CHECK(r.out.find("serving: ready") == std::string::npos);
+    return r.err;
+  };
+  CHECK_THAT(refused({"--model_name=m"}), Contains("--model_base_path"));
+  CHECK_THAT(refused({base, "--no_such_flag=1"}), Contains("unknown flag --no_such_flag"));
+  CHECK_THAT(refused({base, "--rest_api_port=http"}), Contains("--rest_api_port must be an integer"));
+  CHECK_THAT(refused({"--model_base_path=" + (cwd.path / "absent").string()}), Contains("absent"));
+  CHECK_THAT(refused({base, "--batching_parameters_file=b.txt"}), Contains("--enable_batching"));
+  {
+    std::ofstream bad{cwd.path / "bad.txt"};
+    bad << "max_batch_size { value: 8 }\nbatch_timeout_micros { valu: 5 }\n";
+  }
+  CHECK_THAT(refused({base, "--enable_batching", "--batching_parameters_file=bad.txt"}), Contains("bad.txt:2"));
+  CHECK_THAT(refused({base, "--enable_batching", "--batching_parameters_file=missing.txt"}), Contains("missing.txt"));
+  CHECK_THAT(refused({base, "--rest_api_port=0", "--port=0"}), Contains("every front end is off"));
+}
+
+TEST_CASE("TF Serving's Python clients work unchanged against actorflow serve", "[cli][serve]") {
+  const char* python = std::getenv("AF_TF_SERVING_PYTHON");
+  const std::string interpreter = python && *python ? python : "python3";
+  scratch_dir cwd{"af_cli_serve"};
+  save_dense_model(cwd.path / "models" / "dense" / "1");
+  child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_name=dense", "--model_base_path=" + (cwd.path / "models" / "dense").string(),
+                        "--rest_api_port=-1", "--port=-1", "--enable_batching"},
+                       cwd.path};
+  const ports p = wait_ready(server);
+  auto r = run_program({"/usr/bin/env", interpreter, std::string{AF_SOURCE_DIR} + "/scripts/check_tf_serving_clients.py", "--grpc_port",
+                        std::to_string(p.grpc), "--rest_port", std::to_string(p.rest), "--model", "dense"},
+                       cwd.path, std::chrono::seconds(240));
+  server.signal(SIGTERM);
+  server.finish(std::chrono::seconds(30));
+  if (r.out.find("SKIP: ") != std::string::npos) AF_SKIP(r.out << " (scripts/setup_serving_clients installs them)");
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("all checks passed"));
+}
