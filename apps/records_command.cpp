@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/json_text.hpp"
 #include "serialization/example.hpp"
 #include "serialization/tfrecord.hpp"
 
@@ -28,49 +29,6 @@ int records_usage(FILE* out) {
                "       actorflow records count [--compression gzip|zlib|none] FILE...\n"
                "Compression defaults to the file extension: .gz gzip, .zz/.zlib zlib, else none.\n");
   return out == stderr ? 2 : 0;
-}
-
-void append_base64(std::string& out, std::string_view bytes) {
-  static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8) |
-                 static_cast<uint8_t>(bytes[i + 2]);
-    out += alphabet[v >> 18];
-    out += alphabet[(v >> 12) & 63];
-    out += alphabet[(v >> 6) & 63];
-    out += alphabet[v & 63];
-  }
-  if (std::size_t rest = bytes.size() - i; rest > 0) {
-    uint32_t v = static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << 16;
-    if (rest == 2) v |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i + 1])) << 8;
-    out += alphabet[v >> 18];
-    out += alphabet[(v >> 12) & 63];
-    out += rest == 2 ? alphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-}
-
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char esc[8];
-          std::snprintf(esc, sizeof esc, "\\u%04x", c);
-          out += esc;
-        } else {
-          out += static_cast<char>(c);  // feature names are UTF-8 (proto3 strings): pass through
-        }
-    }
-  }
-  out += '"';
 }
 
 // JSON has no NaN or infinity: print them as protobuf's JSON mapping does, as strings.

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -84,6 +86,28 @@ std::optional<std::map<std::string, std::string>> parse_flags(int argc, char** a
     out[arg] = value;
   }
   return out;
+}
+
+int stop_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  [[maybe_unused]] auto written = ::write(stop_pipe[1], &byte, 1);  // async-signal-safe
+}
+
+bool install_stop_handler() {
+  if (::pipe(stop_pipe) != 0) return false;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  return sigaction(SIGINT, &action, nullptr) == 0 && sigaction(SIGTERM, &action, nullptr) == 0;
+}
+
+int wait_for_stop_signal() {
+  unsigned char byte = 0;
+  while (::read(stop_pipe[0], &byte, 1) != 1) {
+  }
+  return byte;
 }
 
 std::optional<int64_t> parse_integer(const std::string& text) {
@@ -157,12 +181,9 @@ int run_serve(int argc, char** argv) {
   options.poll_interval = std::chrono::seconds(*poll);
   const std::string address = flag("bind_address", "127.0.0.1");
 
-  // SIGINT / SIGTERM are waited for below; block them before any thread starts so none takes them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGINT / SIGTERM may land on any thread (OpenBLAS starts its threads before main): a handler
+  // writes the signal to a pipe that this thread waits on.
+  if (!install_stop_handler()) return fail("cannot install the SIGINT/SIGTERM handler");
 
   runtime_options runtime_config;
   runtime_config.network = *actor_port != 0;
@@ -209,8 +230,7 @@ int run_serve(int argc, char** argv) {
               actors ? actors->port() : 0);
   std::fflush(stdout);
 
-  int received = 0;
-  sigwait(&stop_signals, &received);
+  const int received = wait_for_stop_signal();
   std::printf("serving: %s, stopping\n", received == SIGINT ? "SIGINT" : "SIGTERM");
   actors.reset();
   grpc.reset();

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/json_text.hpp"
+
 namespace af::serving {
 
 using json = nlohmann::json;
@@ -54,19 +56,7 @@ std::optional<std::string> base64_decode(std::string_view text) {
 std::string base64_encode(std::string_view bytes) {
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v = (uint32_t(uint8_t(bytes[i])) << 16) | (uint32_t(uint8_t(bytes[i + 1])) << 8) | uint8_t(bytes[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(base64_alphabet[(v >> s) & 63]);
-  }
-  if (i < bytes.size()) {
-    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    out.push_back(base64_alphabet[(v >> 18) & 63]);
-    out.push_back(base64_alphabet[(v >> 12) & 63]);
-    out.push_back(i + 1 < bytes.size() ? base64_alphabet[(v >> 6) & 63] : '=');
-    out.push_back('=');
-  }
+  apps::append_base64(out, bytes);
   return out;
 }
 
@@ -272,28 +262,6 @@ expected<rest_predict_request> decode_predict(std::string_view body, const signa
 
 namespace {
 
-void append_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
 // One element, the shortest text that reads back as the same value (NaN and infinities as TF
 // Serving writes them).
 void append_element(std::string& out, const std::byte* p, dtype type) {
@@ -346,19 +314,24 @@ std::string encode_predict(const prediction& answer, bool row_format) {
   std::string out;
   out.reserve(64 + [&] { std::size_t n = 0; for (const auto& t : dense) n += static_cast<std::size_t>(t.numel()) * 12; return n; }());
   const bool single = dense.size() == 1;
+  // One output's value, or {"name": value, ...} of every output; `value(k)` writes output k's.
+  auto append_outputs = [&](const auto& value) {
+    if (single) return value(0);
+    out += '{';
+    for (std::size_t k = 0; k < dense.size(); ++k) {
+      if (k) out += ',';
+      apps::append_json_string(out, specs[k].name);
+      out += ':';
+      value(k);
+    }
+    out += '}';
+  };
   if (!row_format) {
     out += "{\"outputs\":";
-    if (!single) out += '{';
-    for (std::size_t k = 0; k < dense.size(); ++k) {
-      if (!single) {
-        if (k) out += ',';
-        append_string(out, specs[k].name);
-        out += ':';
-      }
+    append_outputs([&](std::size_t k) {
       const auto* p = static_cast<const std::byte*>(dense[k].raw_data());
       append_value(out, p, dense[k].shape(), 0, dense[k].type());
-    }
-    if (!single) out += '}';
+    });
     out += '}';
     return out;
   }
@@ -368,16 +341,7 @@ std::string encode_predict(const prediction& answer, bool row_format) {
   for (const auto& t : dense) cursor.push_back(static_cast<const std::byte*>(t.raw_data()));
   for (int64_t r = 0; r < rows; ++r) {
     if (r) out += ',';
-    if (!single) out += '{';
-    for (std::size_t k = 0; k < dense.size(); ++k) {
-      if (!single) {
-        if (k) out += ',';
-        append_string(out, specs[k].name);
-        out += ':';
-      }
-      append_value(out, cursor[k], dense[k].shape(), 1, dense[k].type());
-    }
-    if (!single) out += '}';
+    append_outputs([&](std::size_t k) { append_value(out, cursor[k], dense[k].shape(), 1, dense[k].type()); });
   }
   out += "]}";
   return out;
