@@ -32,6 +32,7 @@
 #include "apps/serving/model_server.hpp"
 #include "bench/bench_common.hpp"
 #include "bench/load_generator.hpp"
+#include "ops/parallel.hpp"
 #include "ops/train/layers.hpp"
 #include "serialization/npy.hpp"
 #include "serialization/saved_model.hpp"
@@ -47,10 +48,10 @@ struct phase_lengths {
   std::chrono::milliseconds saturation, open_loop, overload, offline;
 };
 
-nn::model mlp_784() {
+nn::model mlp_784(int64_t hidden = 512) {
   auto x = nn::input({784}, dtype::f32, "image");
-  auto h = nn::dense(512, {.activation = "relu"})(x);
-  h = nn::dense(512, {.activation = "relu"})(h);
+  auto h = nn::dense(hidden, {.activation = "relu"})(x);
+  h = nn::dense(hidden, {.activation = "relu"})(h);
   auto y = nn::dense(10, {.name = "logits"})(h);
   return nn::model::functional({x}, {y}, {.seed = 1}).value();
 }
@@ -111,6 +112,7 @@ std::pair<double, double> offline_throughput(const std::string& dir, const shape
 }
 
 bool nice_replicas = true;
+int offline_threads = 2;
 
 struct served {
   runtime* rt;
@@ -165,7 +167,11 @@ struct model_figures {
 model_figures measure_model(runtime& rt, const std::string& base, const shape& row_dims, const std::string& body,
                             const phase_lengths& len) {
   model_figures f;
+  // The baseline at its strongest: every core for the kernels, whatever the server is given.
+  const int serving_threads = thread_budget();
+  set_thread_budget(offline_threads);
   auto [offline, batch_s] = offline_throughput(base + "/1", row_dims, len.offline);
+  set_thread_budget(serving_threads);
   f.offline = offline;
   f.batch_ms = batch_s * 1e3;
   const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = body};
@@ -217,6 +223,35 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
                "unbatched %.0f (batching %.1fx), 50%% load p50 %.2f p99 %.2f p99.9 %.2f ms (budget %.2f), mean batch %.1f\n",
                name.c_str(), f.offline, f.saturation, f.saturation / f.offline, f.rows32_per_s, f.rows32_per_s / f.offline, f.unbatched,
                f.saturation / f.unbatched, f.p50, f.p99, f.p999, 2.0 + 3 * f.batch_ms, f.mean_batch);
+}
+
+// Open loop at twice `saturation` against a short queue (2 batches) over 512 connections, so that
+// the excess reaches the server (32 connections would hold fewer requests than the queue): how
+// much is served, how fast the rest is refused, and whether memory stays put.
+void measure_overload(runtime& rt, const std::string& name, const std::string& base, const std::string& body, double saturation,
+                      const phase_lengths& len, bench::json_line& out) {
+  served s{rt, base, true, /*max_enqueued_batches=*/2};
+  const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = body};
+  auto at = load_at(s.rest->port(), saturation * 2, 1000ms);
+  at.connections = 512;
+  (void)bench::run_open_loop(req, at);  // warms the connections and the allocator up
+  const double rss_before = rss_mib();
+  at.duration = len.overload;
+  auto over = bench::run_open_loop(req, at);
+  const double rss_after = rss_mib();
+  const auto& refused = over.latencies_by_status_us[429];
+  const uint64_t other = over.completed - over.ok - over.status_counts[429] + over.failed + over.not_answered;
+  out.add(name + "_seconds", std::chrono::duration<double>(len.overload).count());
+  out.add(name + "_ok_per_s", static_cast<double>(over.ok) / over.measured_seconds);
+  out.add(name + "_429_share", over.completed ? static_cast<double>(over.status_counts[429]) / static_cast<double>(over.completed) : 0);
+  out.add(name + "_429_p50_ms", bench::percentile_of(refused, 50) / 1e3);
+  out.add(name + "_429_p99_ms", bench::percentile_of(refused, 99) / 1e3);
+  out.add(name + "_other_errors", static_cast<double>(other));
+  out.add(name + "_rss_drift", rss_after / rss_before - 1);
+  std::fprintf(stderr, "%s 2x (%.0f/s) for %.0f s: %.0f ok/s, %llu answered 429 (p50 %.2f, p99 %.2f ms from schedule), %llu other, RSS %.1f -> %.1f MiB\n",
+               name.c_str(), saturation * 2, std::chrono::duration<double>(len.overload).count(), static_cast<double>(over.ok) / over.measured_seconds,
+               static_cast<unsigned long long>(over.status_counts[429]), bench::percentile_of(refused, 50) / 1e3,
+               bench::percentile_of(refused, 99) / 1e3, static_cast<unsigned long long>(other), rss_before, rss_after);
 }
 
 // Ray Serve serving the same MLP weights, measured by the same generator; false when absent.
@@ -271,10 +306,11 @@ int main(int argc, char** argv) {
   const phase_lengths len = quick ? phase_lengths{1500ms, 2000ms, 3000ms, 500ms} : phase_lengths{4000ms, 6000ms, 30000ms, 2000ms};
   const fs::path root = fs::temp_directory_path() / ("af_bench_serving_" + std::to_string(getpid()));
   fs::create_directories(root);
-  // One kernel thread: the model's batches take one core and the HTTP threads the other (a batch
-  // split over both cores would stall every connection while it runs).
+  // Serving: by default one kernel thread, so the model's batches take one core and the HTTP
+  // threads the other (a batch split over both cores stalls every connection while it runs).
+  offline_threads = thread_budget();
   runtime_options ro;
-  ro.kernel_threads = bench::has_flag(argc, argv, "--kernel-threads-2") ? 2 : 1;
+  ro.kernel_threads = bench::has_flag(argc, argv, "--kernel-threads-all") ? offline_threads : 1;
   runtime rt{ro};
 
   auto mlp = mlp_784();
@@ -295,33 +331,17 @@ int main(int argc, char** argv) {
   const auto cnn_figures = measure_model(rt, (root / "cnn").string(), {8, 8, 1}, one_image_body(2), len);
   add_model(out, "cnn", cnn_figures);
 
-  // Overload: twice the saturation rate against a short queue.
+  // Overload: twice the saturation rate against a short queue, for the light MLP (where parsing
+  // JSON, not the model, limits the server) and for a wide one (where the model does).
+  measure_overload(rt, "overload", (root / "mlp").string(), mlp_body, mlp_figures.saturation, len, out);
   {
-    served s{rt, (root / "mlp").string(), true, /*max_enqueued_batches=*/2};
+    auto wide = mlp_784(4096);
+    must(saved_model::save(wide, (root / "wide" / "1").string()));
+    served s{rt, (root / "wide").string(), true};
     const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = mlp_body};
-    // Enough connections that the excess reaches the server (32 would hold at most 32 requests,
-    // fewer than the queue's 64 rows): the server, not the client, must refuse it.
-    auto overload_at = load_at(s.rest->port(), mlp_figures.saturation * 2, 1000ms);
-    overload_at.connections = 512;
-    auto warm = bench::run_open_loop(req, overload_at);
-    const double rss_before = rss_mib();
-    overload_at.duration = len.overload;
-    auto over = bench::run_open_loop(req, overload_at);
-    const double rss_after = rss_mib();
-    const auto& refused = over.latencies_by_status_us[429];
-    out.add("overload_seconds", std::chrono::duration<double>(len.overload).count());
-    out.add("overload_ok_per_s", static_cast<double>(over.ok) / over.measured_seconds);
-    out.add("overload_429_share", over.completed ? static_cast<double>(over.status_counts[429]) / static_cast<double>(over.completed) : 0);
-    out.add("overload_429_p99_ms", bench::percentile_of(refused, 99) / 1e3);
-    out.add("overload_other_errors", static_cast<double>(over.completed - over.ok - over.status_counts[429] + over.failed + over.not_answered));
-    out.add("overload_rss_drift", rss_after / rss_before - 1);
-    std::fprintf(stderr, "overload 2x for %.0f s: %.0f ok/s, %llu answered 429 (p99 %.2f ms from schedule), RSS %.1f -> %.1f MiB\n",
-                 std::chrono::duration<double>(len.overload).count(), static_cast<double>(over.ok) / over.measured_seconds,
-                 static_cast<unsigned long long>(over.status_counts[429]), bench::percentile_of(refused, 99) / 1e3, rss_before, rss_after);
-    (void)warm;
-    for (const auto& [status, count] : over.status_counts) std::fprintf(stderr, "  overload status %d: %llu\n", status, static_cast<unsigned long long>(count));
-    std::fprintf(stderr, "  overload failed %llu, not answered %llu, 429 p50 %.2f ms\n", static_cast<unsigned long long>(over.failed),
-                 static_cast<unsigned long long>(over.not_answered), bench::percentile_of(refused, 50) / 1e3);
+    const double wide_saturation = bench::run_closed_loop(req, load_at(s.rest->port(), 0, len.saturation)).achieved_per_second;
+    out.add("wide_saturation_per_s", wide_saturation);
+    measure_overload(rt, "wide_overload", (root / "wide").string(), mlp_body, wide_saturation, len, out);
   }
 
   // A new version under load at half the saturation rate: every request must be answered 200.

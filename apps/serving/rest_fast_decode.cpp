@@ -51,10 +51,13 @@ struct numeric_array {
   int leaf_depth = -1;   // the depth of the arrays that hold numbers
 };
 
-// Clinger's fast path: a decimal of at most 15 significant digits and a power of ten within 1e22
-// are both exact doubles, so one multiplication or division gives the correctly rounded value.
-// Most numbers in requests ("0.347", "12", "-1.5e-3") take it; the rest go to from_chars.
-bool exact_decimal(const char* p, const char* end, double& out) {
+bool number_char(char ch) { return (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' || ch == 'e' || ch == 'E'; }
+
+// Clinger's fast path, in the same pass that finds the token's end: a decimal of at most 15
+// significant digits and a power of ten within 1e22 are both exact doubles, so one multiplication
+// or division gives the correctly rounded value. Most numbers in requests ("0.347", "12",
+// "-1.5e-3") take it; the end of the token, or nullptr for the others (from_chars reads them).
+const char* exact_decimal(const char* p, const char* end, double& out, bool& plain_integer) {
   static constexpr double powers[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                       1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
   const bool negative = p < end && *p == '-';
@@ -62,49 +65,51 @@ bool exact_decimal(const char* p, const char* end, double& out) {
   uint64_t mantissa = 0;
   int digits = 0, exponent = 0;
   bool any = false;
+  plain_integer = true;
   for (; p < end && *p >= '0' && *p <= '9'; ++p, any = true) {
     if (mantissa != 0 || *p != '0') ++digits;
     mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
   }
   if (p < end && *p == '.') {
+    plain_integer = false;
     for (++p; p < end && *p >= '0' && *p <= '9'; ++p, any = true) {
       if (mantissa != 0 || *p != '0') ++digits;
       mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
       --exponent;
     }
   }
-  if (!any || digits > 15) return false;
+  if (!any || digits > 15) return nullptr;
   if (p < end && (*p == 'e' || *p == 'E')) {
+    plain_integer = false;
     ++p;
     const bool minus = p < end && *p == '-';
     if (p < end && (*p == '-' || *p == '+')) ++p;
     int e = 0;
     bool exponent_digits = false;
     for (; p < end && *p >= '0' && *p <= '9' && e < 1000; ++p, exponent_digits = true) e = e * 10 + (*p - '0');
-    if (!exponent_digits) return false;
+    if (!exponent_digits) return nullptr;
     exponent += minus ? -e : e;
   }
-  if (p != end || exponent < -22 || exponent > 22) return false;
+  if ((p < end && number_char(*p)) || exponent < -22 || exponent > 22) return nullptr;
   double v = static_cast<double>(mantissa);
   v = exponent >= 0 ? v * powers[exponent] : v / powers[-exponent];
   out = negative ? -v : v;
-  return true;
+  return p;
 }
 
 bool number(cursor& c, numeric_array& a) {
   c.skip_space();
   const char* start = c.at;
-  const char* p = start;
-  bool plain_integer = true;
-  while (p < c.end && (std::isdigit(static_cast<unsigned char>(*p)) || *p == '-' || *p == '+' || *p == '.' || *p == 'e' || *p == 'E')) {
-    if (*p == '.' || *p == 'e' || *p == 'E') plain_integer = false;
-    ++p;
-  }
-  if (p == start) return false;
   double v = 0;
-  if (!exact_decimal(start, p, v)) {
+  bool plain_integer = true;
+  const char* p = exact_decimal(start, c.end, v, plain_integer);
+  if (!p) {
+    p = start;
+    plain_integer = true;
+    for (; p < c.end && number_char(*p); ++p)
+      if (*p == '.' || *p == 'e' || *p == 'E') plain_integer = false;
     auto r = std::from_chars(start, p, v);
-    if (r.ec != std::errc{} || r.ptr != p) return false;
+    if (p == start || r.ec != std::errc{} || r.ptr != p) return false;
   }
   a.values.push_back(v);
   if (a.integral) {
@@ -152,6 +157,7 @@ std::optional<rest_predict_request> decode_simple_predict(std::string_view body,
   cursor c{body.data(), body.data() + body.size()};
   rest_predict_request out;
   numeric_array values;
+  values.values.reserve(body.size() / 4);  // a number takes at least two characters with its comma
   bool have_values = false;
   if (!c.take('{')) return std::nullopt;
   do {
