@@ -1,8 +1,8 @@
 // A C++ client of `actorflow serve --actor_port=P`: the server's batching topology reached as a CAF
 // actor from another process, tensors sent as messages (no JSON, no protobuf).
 //
-//   ./build/apps/actorflow serve --model_name=digits --model_base_path=$PWD/actorflow_demo_model \
-//       --actor_port=8502 --port=0 &
+//   ./build/apps/actorflow serve --model_name=digits --model_base_path=$PWD/actorflow_demo_model
+//       --actor_port=8502 --port=0 &      (one command line)
 //   ./build/examples/serving_client 127.0.0.1 8502 digits
 //
 // Prints the model's versions, the signature it serves and the outputs for two rows of zeros.
