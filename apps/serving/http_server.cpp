@@ -1,12 +1,13 @@
-// The REST front end on Boost.Beast: one strand per connection, requests handed to the model
-// server without blocking an I/O thread, answers posted back to the connection's strand.
+// The REST front end on Boost.Beast: one io_context per I/O thread, each connection on one of
+// them (so its handlers never run concurrently, without a strand), requests handed to the model
+// server without blocking an I/O thread, answers posted back to the connection's context.
 
 #include "apps/serving/http_server.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -27,6 +28,11 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+// A concrete executor: the type-erased default costs an allocation and several indirect calls
+// per operation, a measurable share of a small request.
+using io_executor = asio::io_context::executor_type;
+using stream_type = beast::basic_stream<tcp, io_executor>;
+using socket_type = stream_type::socket_type;
 
 int http_status_for(errc code) noexcept {
   switch (code) {
@@ -104,7 +110,7 @@ struct server_context {
 
 class session : public std::enable_shared_from_this<session> {
  public:
-  session(tcp::socket socket, std::shared_ptr<server_context> ctx) : stream_(std::move(socket)), ctx_(std::move(ctx)) {
+  session(socket_type socket, std::shared_ptr<server_context> ctx) : stream_(std::move(socket)), ctx_(std::move(ctx)) {
     ctx_->connections.fetch_add(1);
   }
   ~session() { ctx_->connections.fetch_sub(1); }
@@ -201,7 +207,7 @@ class session : public std::enable_shared_from_this<session> {
     ctx_->outstanding.fetch_add(1);
     models.predict_async(spec, std::move(decoded->inputs), deadline,
                          [self = shared_from_this(), keep, row_format](expected<prediction> answer) {
-                           // An actor thread: encode here, then write on the connection's strand.
+                           // An actor thread: encode here, then write on the connection's context.
                            int status = 200;
                            std::string body;
                            if (answer) body = encode_predict(*answer, row_format);
@@ -237,7 +243,7 @@ class session : public std::enable_shared_from_this<session> {
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 
-  beast::tcp_stream stream_;
+  stream_type stream_;
   std::shared_ptr<server_context> ctx_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -248,13 +254,19 @@ class session : public std::enable_shared_from_this<session> {
 }  // namespace
 
 struct http_server::impl {
-  asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  // Context i is run by thread i alone; connections are dealt to them in turn. One context per
+  // thread keeps the threads off each other's locks (a shared context's scheduler and every
+  // connection's strand were contended on each operation).
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  std::vector<asio::executor_work_guard<io_executor>> keep_running;
+  std::unique_ptr<tcp::acceptor> acceptor;
   std::shared_ptr<server_context> ctx = std::make_shared<server_context>();
   std::vector<std::thread> threads;
+  std::size_t next_context = 0;
 
   void accept() {
-    acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    auto& target = *contexts[next_context++ % contexts.size()];
+    acceptor->async_accept(target.get_executor(), [this](beast::error_code ec, socket_type socket) {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
         if (ctx->connections.load() >= ctx->options.max_connections) {
@@ -273,6 +285,12 @@ struct http_server::impl {
 expected<std::unique_ptr<http_server>> http_server::start(model_server& models, std::shared_ptr<serving_metrics> metrics,
                                                           http_options options) {
   auto state = std::make_unique<impl>();
+  const std::size_t threads = std::max<std::size_t>(options.threads, 1);
+  for (std::size_t i = 0; i < threads; ++i) {
+    state->contexts.push_back(std::make_unique<asio::io_context>(1));
+    state->keep_running.push_back(asio::make_work_guard(*state->contexts.back()));
+  }
+  state->acceptor = std::make_unique<tcp::acceptor>(*state->contexts.front());
   state->ctx->models = &models;
   state->ctx->metrics = std::move(metrics);
   state->ctx->options = options;
@@ -281,31 +299,30 @@ expected<std::unique_ptr<http_server>> http_server::start(model_server& models, 
   if (ec) return make_error(errc::invalid_argument, "REST: '" + options.address + "' is not an IP address");
   const tcp::endpoint endpoint{address, options.port};
   const std::string where = options.address + ":" + std::to_string(options.port);
-  state->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) state->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) state->acceptor.bind(endpoint, ec);
-  if (!ec) state->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  state->acceptor->open(endpoint.protocol(), ec);
+  if (!ec) state->acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) state->acceptor->bind(endpoint, ec);
+  if (!ec) state->acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error(errc::io_error, "REST: cannot listen on " + where + ": " + ec.message());
   state->accept();
-  for (std::size_t i = 0; i < std::max<std::size_t>(options.threads, 1); ++i)
-    state->threads.emplace_back([s = state.get()] { s->ioc.run(); });
+  for (auto& context : state->contexts) state->threads.emplace_back([c = context.get()] { c->run(); });
   return std::unique_ptr<http_server>(new http_server(std::move(state)));
 }
 
 http_server::http_server(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 
 http_server::~http_server() {
-  asio::post(impl_->ioc, [s = impl_.get()] {
+  asio::post(*impl_->contexts.front(), [s = impl_.get()] {
     beast::error_code ignored;
-    s->acceptor.close(ignored);
+    s->acceptor->close(ignored);
   });
   // Answers on their way are posted to the context: wait for them (the model server answers every
   // request, in the worst case with cancelled), then stop; pending handlers drop their sessions.
   while (impl_->ctx->outstanding.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  impl_->ioc.stop();
+  for (auto& context : impl_->contexts) context->stop();
   for (auto& t : impl_->threads) t.join();
 }
 
-uint16_t http_server::port() const { return impl_->acceptor.local_endpoint().port(); }
+uint16_t http_server::port() const { return impl_->acceptor->local_endpoint().port(); }
 
 }  // namespace af::serving
