@@ -3,8 +3,10 @@
 
 #include "actors/batching.hpp"
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
@@ -15,20 +17,43 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <atomic>
 #include <map>
-#include <mutex>
+#include <utility>
 
 #include "actors/caf_error.hpp"
 #include "actors/message_types.hpp"
 #include "actors/runtime.hpp"
 #include "ops/array_ops.hpp"
 
+namespace af::serving::detail {
+// predict_async's continuation, carried in the batcher's message (in-process only). The batcher
+// takes the callback out; a message dropped unread (the batcher gone) calls it with cancelled
+// when its last copy dies, so that no caller waits for ever.
+struct async_reply {
+  using callback = std::function<void(expected<std::vector<tensor>>)>;
+  struct state {
+    callback done;
+    ~state() {
+      if (done) done(make_error(errc::cancelled, "the batching queue was shut down"));
+    }
+  };
+  std::shared_ptr<state> once;
+
+  callback take() { return once ? std::exchange(once->done, nullptr) : nullptr; }
+};
+}  // namespace af::serving::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(af::serving::detail::async_reply)
+
 namespace af::serving {
 
 namespace {
 
+using detail::async_reply;
 using predict_atom = caf::atom_constant<caf::atom("af_pred")>;
 using run_batch_atom = caf::atom_constant<caf::atom("af_runbat")>;
+using submit_atom = caf::atom_constant<caf::atom("af_submit")>;
 using flush_atom = caf::atom_constant<caf::atom("af_flush")>;
 using stop_atom = caf::atom_constant<caf::atom("af_stop")>;
 
@@ -36,11 +61,43 @@ constexpr int64_t no_deadline = std::numeric_limits<int64_t>::max();
 
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count(); }
 
-// Written by the batcher, read by stats() from any thread.
+// Written by the batcher, read by stats() and queued_rows() from any thread (a front end asks
+// queued_rows() on every request: no lock on that path).
 struct shared_counters {
-  mutable std::mutex mtx;
-  batching_stats stats;
-  std::size_t queued_rows = 0;
+  explicit shared_counters(std::size_t max_batch_size) : batch_sizes(max_batch_size + 1) {}
+  std::atomic<uint64_t> requests{0}, batches{0}, rows{0}, padded_rows{0}, refused_full{0}, refused_deadline{0}, failed{0};
+  std::vector<std::atomic<uint64_t>> batch_sizes;
+  std::atomic<std::size_t> queued_rows{0};
+
+  static void add(std::atomic<uint64_t>& counter, uint64_t n) { counter.fetch_add(n, std::memory_order_relaxed); }
+  batching_stats snapshot() const {
+    batching_stats s;
+    s.requests = requests.load(std::memory_order_relaxed);
+    s.batches = batches.load(std::memory_order_relaxed);
+    s.rows = rows.load(std::memory_order_relaxed);
+    s.padded_rows = padded_rows.load(std::memory_order_relaxed);
+    s.refused_full = refused_full.load(std::memory_order_relaxed);
+    s.refused_deadline = refused_deadline.load(std::memory_order_relaxed);
+    s.failed = failed.load(std::memory_order_relaxed);
+    for (const auto& n : batch_sizes) s.batch_sizes.push_back(n.load(std::memory_order_relaxed));
+    return s;
+  }
+};
+
+// Where a request's answer goes: the promise of a CAF request (predict, remote callers) or the
+// callback of predict_async, called on the batcher's thread.
+struct reply_channel {
+  caf::response_promise promise;
+  std::function<void(expected<std::vector<tensor>>)> done;
+
+  void deliver(std::vector<tensor> outputs) {
+    if (done) done(std::move(outputs));
+    else promise.deliver(std::move(outputs));
+  }
+  void deliver(const error& e) {
+    if (done) done(e);
+    else promise.deliver(to_caf_error(e));
+  }
 };
 
 struct waiting_request {
@@ -48,7 +105,7 @@ struct waiting_request {
   int64_t rows = 0;
   int64_t deadline_ns = no_deadline;
   int64_t arrived_ns = 0;
-  caf::response_promise promise;
+  reply_channel reply;
 };
 
 struct batcher_state {
@@ -96,11 +153,8 @@ error check_request(const batcher_state& st, const std::vector<tensor>& inputs, 
   return {};
 }
 
-void publish(batcher_state& st, const std::function<void(batching_stats&)>& change) {
-  std::lock_guard<std::mutex> guard{st.counters->mtx};
-  change(st.counters->stats);
-  st.counters->queued_rows = st.queued_rows;
-}
+// The queue's depth, for the front ends' admission check.
+void publish_depth(batcher_state& st) { st.counters->queued_rows.store(st.queued_rows, std::memory_order_relaxed); }
 
 std::size_t padded_size(const batching_options& o, std::size_t rows) {
   if (!o.join_requests) return rows;
@@ -178,7 +232,7 @@ expected<std::vector<tensor>> join(const std::vector<waiting_request>& requests,
   return out;
 }
 
-void answer_error(waiting_request& r, const error& e) { r.promise.deliver(to_caf_error(e)); }
+void answer_error(waiting_request& r, const error& e) { r.reply.deliver(e); }
 
 void try_dispatch(batcher_actor* self);
 
@@ -195,7 +249,7 @@ void finish_batch(batcher_actor* self, uint64_t id, caf::actor replica, expected
   st.compute_ns = st.compute_ns == 0 ? took : (st.compute_ns * 7 + took) / 8;
   if (!outputs) {
     for (auto& r : requests) answer_error(r, outputs.error_value());
-    publish(st, [&](batching_stats& s) { s.failed += requests.size(); });
+    shared_counters::add(st.counters->failed, requests.size());
   } else {
     int64_t row = 0;
     for (auto& r : requests) {
@@ -213,9 +267,9 @@ void finish_batch(batcher_actor* self, uint64_t id, caf::actor replica, expected
       }
       row += r.rows;
       if (failure) answer_error(r, failure);
-      else r.promise.deliver(std::move(mine));
+      else r.reply.deliver(std::move(mine));
     }
-    publish(st, [&](batching_stats& s) { s.requests += requests.size(); });
+    shared_counters::add(st.counters->requests, requests.size());
   }
   try_dispatch(self);
 }
@@ -226,19 +280,18 @@ void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::
   auto inputs = join(requests, st.specs.size(), rows, size);
   if (!inputs) {
     for (auto& r : requests) answer_error(r, inputs.error_value());
-    publish(st, [&](batching_stats& s) { s.failed += requests.size(); });
+    shared_counters::add(st.counters->failed, requests.size());
     return;
   }
   caf::actor replica = std::move(st.idle.back());
   st.idle.pop_back();
   const uint64_t id = st.next_batch++;
   st.running.emplace(id, std::move(requests));
-  publish(st, [&](batching_stats& s) {
-    ++s.batches;
-    s.rows += rows;
-    s.padded_rows += size - rows;
-    ++s.batch_sizes[rows];
-  });
+  auto& c = *st.counters;
+  shared_counters::add(c.batches, 1);
+  shared_counters::add(c.rows, rows);
+  shared_counters::add(c.padded_rows, size - rows);
+  shared_counters::add(c.batch_sizes[rows], 1);
   const int64_t started = now_ns();
   self->request(replica, caf::infinite, run_batch_atom::value, std::move(*inputs))
       .then([self, id, replica, started](std::vector<tensor>& out) { finish_batch(self, id, replica, std::move(out), started); },
@@ -264,7 +317,7 @@ void try_dispatch(batcher_actor* self) {
         ++it;
       }
     }
-    if (expired) publish(st, [&](batching_stats& s) { s.refused_deadline += expired; });
+    if (expired) shared_counters::add(st.counters->refused_deadline, expired);
     if (st.queue.empty()) break;
     const bool full = !st.options.join_requests || st.queued_rows >= st.options.max_batch_size;
     const bool waited = now - st.queue.front().arrived_ns >= timeout_ns;
@@ -281,7 +334,7 @@ void try_dispatch(batcher_actor* self) {
     }
     run_batch(self, std::move(batch), rows);
   }
-  publish(st, [](batching_stats&) {});
+  publish_depth(st);
   if (!st.queue.empty() && !st.timer_armed && !st.idle.empty()) {
     const int64_t due = st.queue.front().arrived_ns + timeout_ns - now_ns();
     st.timer_armed = true;
@@ -304,6 +357,26 @@ caf::behavior replica(caf::event_based_actor*, batch_function run, int nice) {
   }};
 }
 
+// A new request: refused at once (bad inputs, shutting down, deadline passed, queue full) or queued.
+void admit(batcher_actor* self, waiting_request r) {
+  auto& s = self->state;
+  if (s.stopping) return answer_error(r, make_error(errc::cancelled, "the batching queue is shutting down"));
+  if (auto bad = check_request(s, r.inputs, r.rows)) return answer_error(r, bad);
+  if (r.deadline_ns != no_deadline && r.arrived_ns >= r.deadline_ns) {
+    shared_counters::add(s.counters->refused_deadline, 1);
+    return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
+  }
+  const std::size_t capacity = s.options.max_enqueued_batches * s.options.max_batch_size;
+  if (s.queued_rows + static_cast<std::size_t>(r.rows) > capacity) {
+    shared_counters::add(s.counters->refused_full, 1);
+    return answer_error(r, make_error(errc::resource_exhausted, "the batching queue is full (" + std::to_string(s.queued_rows) +
+                                                                    " rows waiting, at most " + std::to_string(capacity) + ")"));
+  }
+  s.queued_rows += static_cast<std::size_t>(r.rows);
+  s.queue.push_back(std::move(r));
+  try_dispatch(self);
+}
+
 caf::behavior batcher(batcher_actor* self, batching_options options, std::vector<graph::tensor_spec> specs,
                       std::vector<caf::actor> replicas, std::shared_ptr<shared_counters> counters) {
   auto& st = self->state;
@@ -313,23 +386,10 @@ caf::behavior batcher(batcher_actor* self, batching_options options, std::vector
   st.counters = std::move(counters);
   return {
       [self](predict_atom, std::vector<tensor>& inputs, int64_t deadline_ns) {
-        auto& s = self->state;
-        waiting_request r{std::move(inputs), 0, deadline_ns, now_ns(), self->make_response_promise()};
-        if (s.stopping) return answer_error(r, make_error(errc::cancelled, "the batching queue is shutting down"));
-        if (auto bad = check_request(s, r.inputs, r.rows)) return answer_error(r, bad);
-        if (deadline_ns != no_deadline && r.arrived_ns >= deadline_ns) {
-          publish(s, [](batching_stats& x) { ++x.refused_deadline; });
-          return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
-        }
-        const std::size_t capacity = s.options.max_enqueued_batches * s.options.max_batch_size;
-        if (s.queued_rows + static_cast<std::size_t>(r.rows) > capacity) {
-          publish(s, [](batching_stats& x) { ++x.refused_full; });
-          return answer_error(r, make_error(errc::resource_exhausted, "the batching queue is full (" + std::to_string(s.queued_rows) +
-                                                                          " rows waiting, at most " + std::to_string(capacity) + ")"));
-        }
-        s.queued_rows += static_cast<std::size_t>(r.rows);
-        s.queue.push_back(std::move(r));
-        try_dispatch(self);
+        admit(self, {std::move(inputs), 0, deadline_ns, now_ns(), {self->make_response_promise(), {}}});
+      },
+      [self](submit_atom, std::vector<tensor>& inputs, int64_t deadline_ns, async_reply& reply) {
+        admit(self, {std::move(inputs), 0, deadline_ns, now_ns(), {{}, reply.take()}});
       },
       [self](flush_atom) {
         self->state.timer_armed = false;
@@ -345,7 +405,7 @@ caf::behavior batcher(batcher_actor* self, batching_options options, std::vector
         s.queue.clear();
         s.running.clear();
         s.queued_rows = 0;
-        publish(s, [](batching_stats&) {});
+        publish_depth(s);
         self->quit();
       },
   };
@@ -386,8 +446,7 @@ expected<batching_queue> batching_queue::start(runtime& rt, batch_function run, 
                           std::to_string(options.max_batch_size) + ")");
   auto state = std::make_unique<impl>();
   state->sys = &rt.system();
-  state->counters = std::make_shared<shared_counters>();
-  state->counters->stats.batch_sizes.assign(options.max_batch_size + 1, 0);
+  state->counters = std::make_shared<shared_counters>(options.max_batch_size);
   state->capacity_rows = options.max_enqueued_batches * options.max_batch_size;
   for (std::size_t i = 0; i < options.num_batch_threads; ++i)
     state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run, options.replica_nice));
@@ -401,24 +460,14 @@ batching_queue& batching_queue::operator=(batching_queue&&) noexcept = default;
 
 batching_queue::~batching_queue() = default;
 
-namespace {
-
-// One asynchronous request's caller: asks the batcher and hands the answer to `done`. (Spawned with
-// arguments: CAF 0.17 dereferences a null argument tuple for a spawn without any.)
-void async_caller(caf::event_based_actor* self, caf::actor batcher, std::vector<tensor> inputs, int64_t deadline_ns,
-                  std::function<void(expected<std::vector<tensor>>)> done) {
-  self->request(batcher, caf::infinite, predict_atom::value, std::move(inputs), deadline_ns)
-      .then([done](std::vector<tensor>& out) { done(std::move(out)); },
-            [done](caf::error& err) { done(from_caf_error(err)); });
-}
-
-}  // namespace
-
 void batching_queue::predict_async(std::vector<tensor> inputs, std::optional<clock_type::time_point> deadline,
                                    std::function<void(expected<std::vector<tensor>>)> done) const {
   const int64_t deadline_ns = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count()
                                        : no_deadline;
-  impl_->sys->spawn(async_caller, impl_->batcher, std::move(inputs), deadline_ns, std::move(done));
+  // One message to the batcher, which calls `done` itself: no actor per request.
+  auto reply = std::make_shared<async_reply::state>();
+  reply->done = std::move(done);
+  caf::anon_send(impl_->batcher, submit_atom::value, std::move(inputs), deadline_ns, async_reply{std::move(reply)});
 }
 
 expected<std::vector<tensor>> batching_queue::predict(std::vector<tensor> inputs,
@@ -433,15 +482,13 @@ expected<std::vector<tensor>> batching_queue::predict(std::vector<tensor> inputs
 }
 
 batching_stats batching_queue::stats() const {
-  std::lock_guard<std::mutex> guard{impl_->counters->mtx};
-  return impl_->counters->stats;
+  return impl_->counters->snapshot();
 }
 
 std::size_t batching_queue::capacity_rows() const { return impl_->capacity_rows; }
 
 std::size_t batching_queue::queued_rows() const {
-  std::lock_guard<std::mutex> guard{impl_->counters->mtx};
-  return impl_->counters->queued_rows;
+  return impl_->counters->queued_rows.load(std::memory_order_relaxed);
 }
 
 }  // namespace af::serving

@@ -92,7 +92,9 @@ class batching_queue {
   /// the batch function's error. Blocks the calling thread; callable from many threads at once.
   expected<std::vector<tensor>> predict(std::vector<tensor> inputs,
                                         std::optional<clock_type::time_point> deadline = std::nullopt) const;
-  /// The same without blocking: `done` is called once, on an actor thread, with the answer.
+  /// The same without blocking: one message to the batcher, no actor per request. `done` is called
+  /// once with the answer, on the batcher's thread (keep it short: hand heavy work elsewhere), or
+  /// with cancelled on whatever thread drops the request when the queue is gone.
   void predict_async(std::vector<tensor> inputs, std::optional<clock_type::time_point> deadline,
                      std::function<void(expected<std::vector<tensor>>)> done) const;
 

@@ -207,17 +207,11 @@ class session : public std::enable_shared_from_this<session> {
     ctx_->outstanding.fetch_add(1);
     models.predict_async(spec, std::move(decoded->inputs), deadline,
                          [self = shared_from_this(), keep, row_format](expected<prediction> answer) {
-                           // An actor thread: encode here, then write on the connection's context.
-                           int status = 200;
-                           std::string body;
-                           if (answer) body = encode_predict(*answer, row_format);
-                           else {
-                             status = http_status_for(answer.error_value().code);
-                             body = encode_error(answer.error_value().message);
-                           }
+                           // The batcher's thread: encoding waits for the connection's own thread.
                            auto ctx = self->ctx_;
-                           asio::post(self->stream_.get_executor(), [self, status, keep, body = std::move(body)]() mutable {
-                             self->reply(status, std::move(body), keep);
+                           asio::post(self->stream_.get_executor(), [self, keep, row_format, answer = std::move(answer)]() mutable {
+                             if (answer) return self->reply(200, encode_predict(*answer, row_format), keep);
+                             self->reply(http_status_for(answer.error_value().code), encode_error(answer.error_value().message), keep);
                            });
                            ctx->outstanding.fetch_sub(1);
                          });
