@@ -53,64 +53,73 @@ struct numeric_array {
 
 bool number_char(char ch) { return (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' || ch == 'e' || ch == 'E'; }
 
-// Clinger's fast path, in the same pass that finds the token's end: a decimal of at most 15
-// significant digits and a power of ten within 1e22 are both exact doubles, so one multiplication
-// or division gives the correctly rounded value. Most numbers in requests ("0.347", "12",
-// "-1.5e-3") take it; the end of the token, or nullptr for the others (from_chars reads them).
-const char* exact_decimal(const char* p, const char* end, double& out, bool& plain_integer) {
+bool is_digit(char ch) { return static_cast<unsigned char>(ch - '0') < 10; }
+
+// Clinger's fast path, in the same pass that finds the token's end: a decimal whose digits make
+// an integer of at most 2^53 and a power of ten within 1e22 are both exact doubles, so one
+// multiplication or division gives the correctly rounded value. Most numbers in requests ("0.347",
+// "12", "-1.5e-3") take it; the end of the token, or nullptr for the others (from_chars reads
+// them). A number without fraction or exponent is also given as an integer.
+const char* exact_decimal(const char* p, const char* end, double& out, int64_t& integer, bool& plain_integer) {
   static constexpr double powers[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                       1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
   const bool negative = p < end && *p == '-';
-  if (negative) ++p;
+  p += negative;
+  const char* first = p;
   uint64_t mantissa = 0;
-  int digits = 0, exponent = 0;
-  bool any = false;
+  for (; p < end && is_digit(*p); ++p) mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
+  std::ptrdiff_t digits = p - first;
+  int exponent = 0;
   plain_integer = true;
-  for (; p < end && *p >= '0' && *p <= '9'; ++p, any = true) {
-    if (mantissa != 0 || *p != '0') ++digits;
-    mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
-  }
   if (p < end && *p == '.') {
     plain_integer = false;
-    for (++p; p < end && *p >= '0' && *p <= '9'; ++p, any = true) {
-      if (mantissa != 0 || *p != '0') ++digits;
-      mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
-      --exponent;
-    }
+    const char* fraction = ++p;
+    for (; p < end && is_digit(*p); ++p) mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
+    digits += p - fraction;
+    exponent = -static_cast<int>(p - fraction);
   }
-  if (!any || digits > 15) return nullptr;
+  // 19 digits cannot overflow 64 bits; longer ones (and none) go to from_chars.
+  if (digits == 0 || digits > 19) return nullptr;
   if (p < end && (*p == 'e' || *p == 'E')) {
     plain_integer = false;
     ++p;
     const bool minus = p < end && *p == '-';
     if (p < end && (*p == '-' || *p == '+')) ++p;
     int e = 0;
-    bool exponent_digits = false;
-    for (; p < end && *p >= '0' && *p <= '9' && e < 1000; ++p, exponent_digits = true) e = e * 10 + (*p - '0');
-    if (!exponent_digits) return nullptr;
+    const char* exponent_first = p;
+    for (; p < end && is_digit(*p) && e < 1000; ++p) e = e * 10 + (*p - '0');
+    if (p == exponent_first) return nullptr;
     exponent += minus ? -e : e;
   }
-  if ((p < end && number_char(*p)) || exponent < -22 || exponent > 22) return nullptr;
+  if ((p < end && number_char(*p)) || exponent < -22 || exponent > 22 || mantissa > (uint64_t{1} << 53)) return nullptr;
   double v = static_cast<double>(mantissa);
   v = exponent >= 0 ? v * powers[exponent] : v / powers[-exponent];
   out = negative ? -v : v;
+  integer = negative ? -static_cast<int64_t>(mantissa) : static_cast<int64_t>(mantissa);
   return p;
 }
 
 bool number(cursor& c, numeric_array& a) {
-  c.skip_space();
   const char* start = c.at;
   double v = 0;
+  int64_t integer = 0;
   bool plain_integer = true;
-  const char* p = exact_decimal(start, c.end, v, plain_integer);
-  if (!p) {
-    p = start;
-    plain_integer = true;
-    for (; p < c.end && number_char(*p); ++p)
-      if (*p == '.' || *p == 'e' || *p == 'E') plain_integer = false;
-    auto r = std::from_chars(start, p, v);
-    if (p == start || r.ec != std::errc{} || r.ptr != p) return false;
+  const char* p = exact_decimal(start, c.end, v, integer, plain_integer);
+  if (p) {
+    a.values.push_back(v);
+    if (a.integral) {
+      if (plain_integer) a.integers.push_back(integer);
+      else a.integral = false;
+    }
+    c.at = p;
+    return true;
   }
+  p = start;
+  plain_integer = true;
+  for (; p < c.end && number_char(*p); ++p)
+    if (*p == '.' || *p == 'e' || *p == 'E') plain_integer = false;
+  auto r = std::from_chars(start, p, v);
+  if (p == start || r.ec != std::errc{} || r.ptr != p) return false;
   a.values.push_back(v);
   if (a.integral) {
     int64_t i = 0;
@@ -122,24 +131,36 @@ bool number(cursor& c, numeric_array& a) {
   return true;
 }
 
+// The numbers of an innermost array, from its first one to the ']' (not taken): the loop that
+// reads almost every byte of a request.
+bool leaf_numbers(cursor& c, numeric_array& a, int64_t& count) {
+  for (;;) {
+    c.skip_space();
+    if (!number(c, a)) return false;
+    ++count;
+    c.skip_space();
+    if (c.at == c.end || *c.at != ',') return true;
+    ++c.at;
+  }
+}
+
 bool array(cursor& c, numeric_array& a, int depth) {
   if (!c.take('[')) return false;
   if (static_cast<int>(a.dims.size()) == depth) a.dims.push_back(-1);  // the first array at this depth
   int64_t count = 0;
-  if (!c.peek(']')) {
+  if (!c.peek(']') && !c.peek('[')) {
+    if (a.leaf_depth < 0) {
+      if (static_cast<int>(a.dims.size()) != depth + 1) return false;
+      a.leaf_depth = depth;
+    } else if (a.leaf_depth != depth) {
+      return false;
+    }
+    if (!leaf_numbers(c, a, count)) return false;
+  } else if (!c.peek(']')) {
+    // An array of arrays: a number beside them would make it ragged.
     do {
-      if (c.peek('[')) {
-        if (a.leaf_depth >= 0 && a.leaf_depth <= depth) return false;
-        if (!array(c, a, depth + 1)) return false;
-      } else {
-        if (a.leaf_depth < 0) {
-          if (static_cast<int>(a.dims.size()) != depth + 1) return false;
-          a.leaf_depth = depth;
-        } else if (a.leaf_depth != depth) {
-          return false;
-        }
-        if (!number(c, a)) return false;
-      }
+      if (!c.peek('[') || (a.leaf_depth >= 0 && a.leaf_depth <= depth)) return false;
+      if (!array(c, a, depth + 1)) return false;
       ++count;
     } while (c.take(','));
   }

@@ -269,4 +269,17 @@ TEST_CASE("the common body decodes without a JSON document to the same values as
   CHECK_FALSE(decode_simple_predict(R"({"instances": [{"x": [1]}]})", lookup));
   CHECK_FALSE(decode_simple_predict(R"({"instances": [[1, NaN]]})", lookup));
   CHECK_FALSE(decode_simple_predict(R"({"instances": [[1, 2]], "extra": 1})", lookup));
+  CHECK_FALSE(decode_simple_predict(R"({"instances": [[1, [2]]]})", lookup));
+  CHECK_FALSE(decode_simple_predict(R"({"instances": [[[1], 2]]})", lookup));
+
+  // Integers keep every digit, beyond 2^53 too (where a double would round them).
+  auto integers = fixed(signature_of({{"ids", graph::value_type{dtype::i64, {-1, 6}}}}));
+  const std::string ids = R"({"instances": [[9007199254740993, -5, 0, 123456789012345678, -9223372036854775807, 7]]})";
+  auto simple_ids = decode_simple_predict(ids, integers);
+  REQUIRE(simple_ids);
+  CHECK(simple_ids->inputs[0].value.to_vector<int64_t>() ==
+        std::vector<int64_t>{9007199254740993, -5, 0, 123456789012345678, -9223372036854775807, 7});
+  auto general_ids = decode_predict(ids, integers);
+  REQUIRE(general_ids);
+  CHECK(general_ids->inputs[0].value.to_vector<int64_t>() == simple_ids->inputs[0].value.to_vector<int64_t>());
 }
