@@ -7,6 +7,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -108,15 +109,50 @@ struct server_context {
   std::atomic<std::size_t> outstanding{0};
 };
 
+class session;
+
+// The connections of one I/O context, swept once a second for those idle (or stuck writing)
+// longer than the timeout. Per-operation timers cost a timer-queue insertion and removal, and
+// often a timerfd update, on every read and write of every request.
+class idle_sweeper {
+ public:
+  idle_sweeper(asio::io_context& context, std::chrono::seconds timeout) : timer_(context), timeout_(timeout) {}
+  // On the context's thread only (sessions register in start(), the sweep runs there too).
+  void add(std::weak_ptr<session> s) { sessions_.push_back(std::move(s)); }
+  void start() { arm(); }
+
+ private:
+  void arm();
+  void sweep();
+
+  asio::steady_timer timer_;
+  std::chrono::seconds timeout_;
+  std::vector<std::weak_ptr<session>> sessions_;
+};
+
 class session : public std::enable_shared_from_this<session> {
  public:
-  session(socket_type socket, std::shared_ptr<server_context> ctx) : stream_(std::move(socket)), ctx_(std::move(ctx)) {
+  session(socket_type socket, std::shared_ptr<server_context> ctx, idle_sweeper& sweeper)
+      : stream_(std::move(socket)), ctx_(std::move(ctx)), sweeper_(&sweeper) {
     ctx_->connections.fetch_add(1);
   }
   ~session() { ctx_->connections.fetch_sub(1); }
 
   void start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->sweeper_->add(self);
+      self->read();
+    });
+  }
+
+  // Called by the sweep (the connection's thread): closes a connection whose read or write has
+  // been waiting longer than `timeout`. One waiting for the model is left alone.
+  void close_if_idle(clock_type::time_point now, std::chrono::seconds timeout) {
+    if (io_started_ == clock_type::time_point{} || now - io_started_ < timeout) return;
+    timed_out_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
   }
 
  private:
@@ -125,13 +161,15 @@ class session : public std::enable_shared_from_this<session> {
   void read() {
     parser_.emplace();
     parser_->body_limit(ctx_->options.max_body_bytes);
-    stream_.expires_after(ctx_->options.idle_timeout);
+    io_started_ = clock_type::now();
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::connection_reset) return close();
+    io_started_ = {};
+    if (timed_out_) return;
+    if (ec == http::error::end_of_stream || ec == asio::error::connection_reset) return close();
     if (ec == http::error::body_limit)
       return reply(413, encode_error("the request body exceeds " + std::to_string(ctx_->options.max_body_bytes) + " bytes"), false);
     if (ec) return reply(400, encode_error("malformed HTTP request: " + ec.message()), false);
@@ -225,9 +263,10 @@ class session : public std::enable_shared_from_this<session> {
     response_->keep_alive(keep);
     response_->body() = std::move(body);
     response_->prepare_payload();
-    stream_.expires_after(ctx_->options.idle_timeout);
+    io_started_ = clock_type::now();
     http::async_write(stream_, *response_, [self = shared_from_this(), keep](beast::error_code ec, std::size_t) {
-      if (ec || !keep) return self->close();
+      self->io_started_ = {};
+      if (ec || !keep || self->timed_out_) return self->close();
       self->read();
     });
   }
@@ -243,7 +282,29 @@ class session : public std::enable_shared_from_this<session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   std::optional<response> response_;
+  idle_sweeper* sweeper_;
+  clock_type::time_point io_started_{};  // when the pending read or write began; zero: none pending
+  bool timed_out_ = false;
 };
+
+void idle_sweeper::arm() {
+  timer_.expires_after(std::chrono::seconds(1));
+  timer_.async_wait([this](beast::error_code ec) {
+    if (ec) return;
+    sweep();
+    arm();
+  });
+}
+
+void idle_sweeper::sweep() {
+  const auto now = clock_type::now();
+  std::erase_if(sessions_, [&](const std::weak_ptr<session>& weak) {
+    auto s = weak.lock();
+    if (!s) return true;
+    s->close_if_idle(now, timeout_);
+    return false;
+  });
+}
 
 }  // namespace
 
@@ -252,6 +313,7 @@ struct http_server::impl {
   // thread keeps the threads off each other's locks (a shared context's scheduler and every
   // connection's strand were contended on each operation).
   std::vector<std::unique_ptr<asio::io_context>> contexts;
+  std::vector<std::unique_ptr<idle_sweeper>> sweepers;  // one per context
   std::vector<asio::executor_work_guard<io_executor>> keep_running;
   std::unique_ptr<tcp::acceptor> acceptor;
   std::shared_ptr<server_context> ctx = std::make_shared<server_context>();
@@ -259,8 +321,8 @@ struct http_server::impl {
   std::size_t next_context = 0;
 
   void accept() {
-    auto& target = *contexts[next_context++ % contexts.size()];
-    acceptor->async_accept(target.get_executor(), [this](beast::error_code ec, socket_type socket) {
+    const std::size_t target = next_context++ % contexts.size();
+    acceptor->async_accept(contexts[target]->get_executor(), [this, target](beast::error_code ec, socket_type socket) {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
         if (ctx->connections.load() >= ctx->options.max_connections) {
@@ -268,7 +330,7 @@ struct http_server::impl {
           socket.close(ignored);
         } else {
           socket.set_option(tcp::no_delay(true), ec);
-          std::make_shared<session>(std::move(socket), ctx)->start();
+          std::make_shared<session>(std::move(socket), ctx, *sweepers[target])->start();
         }
       }
       accept();
@@ -282,6 +344,7 @@ expected<std::unique_ptr<http_server>> http_server::start(model_server& models, 
   const std::size_t threads = std::max<std::size_t>(options.threads, 1);
   for (std::size_t i = 0; i < threads; ++i) {
     state->contexts.push_back(std::make_unique<asio::io_context>(1));
+    state->sweepers.push_back(std::make_unique<idle_sweeper>(*state->contexts.back(), options.idle_timeout));
     state->keep_running.push_back(asio::make_work_guard(*state->contexts.back()));
   }
   state->acceptor = std::make_unique<tcp::acceptor>(*state->contexts.front());
@@ -299,7 +362,10 @@ expected<std::unique_ptr<http_server>> http_server::start(model_server& models, 
   if (!ec) state->acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error(errc::io_error, "REST: cannot listen on " + where + ": " + ec.message());
   state->accept();
-  for (auto& context : state->contexts) state->threads.emplace_back([c = context.get()] { c->run(); });
+  for (std::size_t i = 0; i < threads; ++i) {
+    asio::post(*state->contexts[i], [sweeper = state->sweepers[i].get()] { sweeper->start(); });
+    state->threads.emplace_back([c = state->contexts[i].get()] { c->run(); });
+  }
   return std::unique_ptr<http_server>(new http_server(std::move(state)));
 }
 

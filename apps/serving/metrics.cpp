@@ -17,15 +17,24 @@ std::string prometheus_label(const std::string& value) {
   return out;
 }
 
-void serving_metrics::record_request(const std::string& model, int64_t version, const std::string& signature,
-                                     const std::string& outcome, double seconds) {
+serving_metrics::latency_histogram& serving_metrics::series(const std::string& model, int64_t version, const std::string& signature,
+                                                            const std::string& outcome) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return requests_[request_key{model, version, signature, outcome}];
+}
+
+void serving_metrics::observe(latency_histogram& h, double seconds) {
   const auto bucket = static_cast<std::size_t>(
       std::lower_bound(latency_buckets.begin(), latency_buckets.end(), seconds) - latency_buckets.begin());
-  std::lock_guard<std::mutex> guard{mtx_};
-  auto& h = requests_[request_key{model, version, signature, outcome}];
-  if (bucket < h.buckets.size()) ++h.buckets[bucket];
-  ++h.count;
-  h.sum += seconds;
+  if (bucket < h.buckets.size()) h.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
+  h.sum.fetch_add(seconds, std::memory_order_relaxed);
+  // Last: a scrape that sees this count sees the bucket too (the +Inf bucket never trails the rest).
+  h.count.fetch_add(1, std::memory_order_release);
+}
+
+void serving_metrics::record_request(const std::string& model, int64_t version, const std::string& signature,
+                                     const std::string& outcome, double seconds) {
+  observe(series(model, version, signature, outcome), seconds);
 }
 
 void serving_metrics::record_load(const std::string& model, int64_t version, bool ok) {
@@ -71,22 +80,25 @@ std::string serving_metrics::prometheus_text() const {
     for (const auto& [key, h] : requests_) {
       const auto& [model, version, signature, outcome] = key;
       out += "actorflow_serving_request_count{" + labels(model, version, signature) + ",outcome=\"" +
-             prometheus_label(outcome) + "\"} " + std::to_string(h.count) + "\n";
+             prometheus_label(outcome) + "\"} " + std::to_string(h.count.load()) + "\n";
     }
     out += "# HELP actorflow_serving_request_latency_seconds Time from a request's arrival to its answer.\n";
     out += "# TYPE actorflow_serving_request_latency_seconds histogram\n";
     for (const auto& [key, h] : requests_) {
       const auto& [model, version, signature, outcome] = key;
       const std::string l = labels(model, version, signature) + ",outcome=\"" + prometheus_label(outcome) + "\"";
+      // The count first: every observation it includes has its bucket in (see observe).
+      const uint64_t count = h.count.load(std::memory_order_acquire);
       uint64_t cumulative = 0;
       for (std::size_t i = 0; i < latency_buckets.size(); ++i) {
-        cumulative += h.buckets[i];
+        cumulative += h.buckets[i].load(std::memory_order_relaxed);
         out += "actorflow_serving_request_latency_seconds_bucket{" + l + ",le=\"" + number(latency_buckets[i]) + "\"} " +
                std::to_string(cumulative) + "\n";
       }
-      out += "actorflow_serving_request_latency_seconds_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(h.count) + "\n";
-      out += "actorflow_serving_request_latency_seconds_sum{" + l + "} " + number(h.sum) + "\n";
-      out += "actorflow_serving_request_latency_seconds_count{" + l + "} " + std::to_string(h.count) + "\n";
+      cumulative = std::max(cumulative, count);  // observations landing during the scrape
+      out += "actorflow_serving_request_latency_seconds_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+      out += "actorflow_serving_request_latency_seconds_sum{" + l + "} " + number(h.sum.load(std::memory_order_relaxed)) + "\n";
+      out += "actorflow_serving_request_latency_seconds_count{" + l + "} " + std::to_string(cumulative) + "\n";
     }
     out += "# HELP actorflow_serving_model_load_count Version loads, by outcome.\n";
     out += "# TYPE actorflow_serving_model_load_count counter\n";

@@ -5,6 +5,7 @@
 // outcome; each batching queue's depth and batch sizes; version loads.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,19 @@ class serving_metrics {
   static constexpr std::array<double, 16> latency_buckets{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                           0.05,   0.1,     0.25,   0.5,   1,      2.5,    5,    10};
 
+  /// The latency histogram of one model, version, signature and outcome: updated without a lock,
+  /// so that the request path can keep a reference to its series (series()) and observe() into it.
+  struct latency_histogram {
+    std::array<std::atomic<uint64_t>, latency_buckets.size()> buckets{};  // not cumulative; summed when written
+    std::atomic<uint64_t> count{0};
+    std::atomic<double> sum{0};
+  };
+
+  /// The series of a model, version, signature and outcome, made on first use; it lives as long as
+  /// these metrics.
+  latency_histogram& series(const std::string& model, int64_t version, const std::string& signature, const std::string& outcome);
+  static void observe(latency_histogram& series, double seconds);
+
   /// One answered request; `outcome` is "OK" or the status name it was answered with.
   void record_request(const std::string& model, int64_t version, const std::string& signature, const std::string& outcome,
                       double seconds);
@@ -48,11 +62,6 @@ class serving_metrics {
 
  private:
   using request_key = std::tuple<std::string, int64_t, std::string, std::string>;  // model, version, signature, outcome
-  struct latency_histogram {
-    std::array<uint64_t, latency_buckets.size()> buckets{};  // not cumulative; summed when written
-    uint64_t count = 0;
-    double sum = 0;
-  };
   mutable std::mutex mtx_;
   std::map<request_key, latency_histogram> requests_;
   std::map<std::tuple<std::string, int64_t, bool>, uint64_t> loads_;

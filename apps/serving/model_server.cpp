@@ -28,6 +28,7 @@ namespace {
 struct signature_queue {
   std::shared_ptr<const graph::signature> signature;  // shared with the answers
   batching_queue queue;
+  serving_metrics::latency_histogram* answered = nullptr;  // its "OK" series, when there are metrics
 };
 
 struct servable {
@@ -121,7 +122,8 @@ struct model_server::impl {
       auto run = [model, name = sig.name](const std::vector<tensor>& inputs) { return model->call(name, inputs); };
       auto queue = batching_queue::start(*rt, std::move(run), queue_options(), sig.inputs);
       if (!queue) return make_error(queue.error_value().code, s->dir + ": signature '" + sig.name + "': " + queue.error_value().message);
-      s->queues.emplace(sig.name, signature_queue{std::make_shared<const graph::signature>(sig), std::move(*queue)});
+      serving_metrics::latency_histogram* answered = metrics ? &metrics->series(s->model_name, s->version, sig.name, "OK") : nullptr;
+      s->queues.emplace(sig.name, signature_queue{std::make_shared<const graph::signature>(sig), std::move(*queue), answered});
     }
     for (auto& [name, q] : s->queues) {
       auto warmed = warm_up(s->dir, *q.signature, q.queue, queue_options());
@@ -338,11 +340,12 @@ void model_server::predict_async(const model_spec& spec, std::vector<named_tenso
   const auto started = clock_type::now();
   queue->second.queue.predict_async(
       std::move(ordered), deadline,
-      [in_flight, done = std::move(done), metrics = impl_->metrics, model = spec.name, version = s->version, signature = sig,
-       started](expected<std::vector<tensor>> outputs) mutable {
+      [in_flight, done = std::move(done), metrics = impl_->metrics, answered = queue->second.answered, model = spec.name,
+       version = s->version, signature = sig, started](expected<std::vector<tensor>> outputs) mutable {
         if (metrics) {
           const double seconds = std::chrono::duration<double>(clock_type::now() - started).count();
-          metrics->record_request(model, version, signature->name, outputs ? "OK" : to_string(outputs.error_value().code), seconds);
+          if (outputs && answered) serving_metrics::observe(*answered, seconds);
+          else metrics->record_request(model, version, signature->name, outputs ? "OK" : to_string(outputs.error_value().code), seconds);
         }
         if (!outputs) done(outputs.error_value());
         else done(prediction{std::move(model), version, std::move(signature), std::move(*outputs)});

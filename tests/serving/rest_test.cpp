@@ -7,8 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <poll.h>
+
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
@@ -282,4 +286,60 @@ TEST_CASE("the common body decodes without a JSON document to the same values as
   auto general_ids = decode_predict(ids, integers);
   REQUIRE(general_ids);
   CHECK(general_ids->inputs[0].value.to_vector<int64_t>() == simple_ids->inputs[0].value.to_vector<int64_t>());
+}
+
+namespace {
+
+int connect_to(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+// Whether the server closes `fd` within `limit` (the read sees end of stream or a reset).
+bool closed_within(int fd, std::chrono::milliseconds limit) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(limit.count())) != 1) return false;
+  char byte;
+  return ::recv(fd, &byte, 1, 0) <= 0;
+}
+
+}  // namespace
+
+TEST_CASE("a REST server closes connections idle or stalled mid-request past its timeout, and only those", "[serving][rest]") {
+  testing::scratch_dir scratch{"af_rest"};
+  testing::save_version(scratch.path, 1, 1);
+  runtime rt;
+  server_options options;
+  options.poll_interval = std::chrono::milliseconds(0);
+  auto models = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string()}}, options);
+  REQUIRE(models);
+  http_options http;
+  http.port = 0;
+  http.threads = 2;
+  http.idle_timeout = std::chrono::seconds(1);
+  auto rest = http_server::start(**models, nullptr, http);
+  REQUIRE(rest);
+  const uint16_t port = (*rest)->port();
+  const int silent = connect_to(port);
+  const int stalled = connect_to(port);
+  const std::string half = "POST /v1/models/dense:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"inst";
+  REQUIRE(::send(stalled, half.data(), half.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(half.size()));
+  testing::http_client busy{port};
+  const auto started = std::chrono::steady_clock::now();
+  // A connection that keeps asking stays open the whole time.
+  while (std::chrono::steady_clock::now() - started < std::chrono::milliseconds(2600)) {
+    REQUIRE(busy.request("GET", "/v1/models/dense").status == 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // The timeout (1 s) plus at most one sweep period (1 s) have passed: both are gone by now.
+  CHECK(closed_within(silent, std::chrono::milliseconds(500)));
+  CHECK(closed_within(stalled, std::chrono::milliseconds(500)));
+  CHECK(busy.request("GET", "/v1/models/dense").status == 200);
+  ::close(silent);
+  ::close(stalled);
 }
