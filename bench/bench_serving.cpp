@@ -248,10 +248,14 @@ void measure_overload(runtime& rt, const std::string& name, const std::string& b
   out.add(name + "_429_p99_ms", bench::percentile_of(refused, 99) / 1e3);
   out.add(name + "_other_errors", static_cast<double>(other));
   out.add(name + "_rss_drift", rss_after / rss_before - 1);
-  std::fprintf(stderr, "%s 2x (%.0f/s) for %.0f s: %.0f ok/s, %llu answered 429 (p50 %.2f, p99 %.2f ms from schedule), %llu other, RSS %.1f -> %.1f MiB\n",
+  // Due requests that found every connection busy and waited in the generator (their latency runs
+  // from their schedule all the same): how far the server's backlog reached back into the client.
+  out.add(name + "_client_queue_max", static_cast<double>(over.max_queue_depth));
+  std::fprintf(stderr, "%s 2x (%.0f/s) for %.0f s: %.0f ok/s, %llu answered 429 (p50 %.2f, p99 %.2f ms from schedule), %llu other, RSS %.1f -> %.1f MiB, "
+               "client queue max %zu\n",
                name.c_str(), saturation * 2, std::chrono::duration<double>(len.overload).count(), static_cast<double>(over.ok) / over.measured_seconds,
                static_cast<unsigned long long>(over.status_counts[429]), bench::percentile_of(refused, 50) / 1e3,
-               bench::percentile_of(refused, 99) / 1e3, static_cast<unsigned long long>(other), rss_before, rss_after);
+               bench::percentile_of(refused, 99) / 1e3, static_cast<unsigned long long>(other), rss_before, rss_after, over.max_queue_depth);
 }
 
 // Ray Serve serving the same MLP weights, measured by the same generator; false when absent.
