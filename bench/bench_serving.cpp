@@ -111,7 +111,7 @@ std::pair<double, double> offline_throughput(const std::string& dir, const shape
   return {32.0 / batch_s, batch_s};
 }
 
-bool nice_replicas = true;
+int replica_nice = 5;  // as `actorflow serve` runs its replicas
 int offline_threads = 2;
 
 struct served {
@@ -127,7 +127,7 @@ struct served {
     o.batching.batch_timeout = 2000us;
     o.batching.max_enqueued_batches = max_enqueued_batches;
     o.batching.num_batch_threads = 1;
-    o.batching.replica_nice = nice_replicas ? 5 : 0;
+    o.batching.replica_nice = replica_nice;
     o.unbatched_threads = 2;
     o.poll_interval = 0ms;
     models = serving::model_server::start(r, {{.name = "m", .base_path = base}}, o, metrics).value();
@@ -306,7 +306,9 @@ bool measure_ray(const std::string& weights_dir, const std::string& body, const 
 
 int main(int argc, char** argv) {
   const bool quick = bench::has_flag(argc, argv, "--quick");
-  nice_replicas = !bench::has_flag(argc, argv, "--no-nice");
+  if (bench::has_flag(argc, argv, "--no-nice")) replica_nice = 0;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string{argv[i]} == "--replica-nice") replica_nice = std::atoi(argv[i + 1]);
   const phase_lengths len = quick ? phase_lengths{1500ms, 2000ms, 3000ms, 500ms} : phase_lengths{4000ms, 6000ms, 30000ms, 2000ms};
   const fs::path root = fs::temp_directory_path() / ("af_bench_serving_" + std::to_string(getpid()));
   fs::create_directories(root);
