@@ -12,7 +12,7 @@
 // Overload (MLP): open loop at 2x saturation with a short queue: RSS drift and how fast the
 // excess is answered 429. --quick shortens every phase (the overload to 3 s instead of 30 s).
 //
-//   build/bench/bench_serving [--quick] [--no-peer]
+//   build/bench/bench_serving [--quick] [--no-peer] [--no-nice | --replica-nice N] [--kernel-threads-all]
 
 #include <fcntl.h>
 #include <signal.h>
