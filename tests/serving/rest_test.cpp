@@ -210,18 +210,28 @@ TEST_CASE("the REST server answers TF Serving's API over kept-alive connections"
   }
 }
 
-TEST_CASE("a REST server with a bearer token refuses requests without it", "[serving][rest]") {
+// Version 1 of the dense test model behind a model server that neither batches nor polls.
+struct single_model {
   testing::scratch_dir scratch{"af_rest"};
-  testing::save_version(scratch.path, 1, 1);
   runtime rt;
-  server_options options;
-  options.poll_interval = std::chrono::milliseconds(0);
-  auto models = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string()}}, options);
-  REQUIRE(models);
+  std::unique_ptr<model_server> models;
+
+  single_model() {
+    testing::save_version(scratch.path, 1, 1);
+    server_options options;
+    options.poll_interval = std::chrono::milliseconds(0);
+    auto started = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string()}}, options);
+    REQUIRE(started);
+    models = std::move(*started);
+  }
+};
+
+TEST_CASE("a REST server with a bearer token refuses requests without it", "[serving][rest]") {
+  single_model served;
   http_options http;
   http.port = 0;
   http.bearer_token = "s3cret";
-  auto rest = http_server::start(**models, nullptr, http);
+  auto rest = http_server::start(*served.models, nullptr, http);
   REQUIRE(rest);
   testing::http_client client{(*rest)->port()};
   auto without = client.request("GET", "/v1/models/dense");
@@ -231,7 +241,7 @@ TEST_CASE("a REST server with a bearer token refuses requests without it", "[ser
   CHECK(client.request("GET", "/v1/models/dense", "", "Authorization: Bearer s3cret\r\n").status == 200);
   // Another port taken: a clear error naming it.
   http.port = (*rest)->port();
-  auto clash = http_server::start(**models, nullptr, http);
+  auto clash = http_server::start(*served.models, nullptr, http);
   REQUIRE_FALSE(clash);
   CHECK_THAT(clash.error_value().message, Catch::Contains(std::to_string(http.port)));
 }
@@ -311,18 +321,12 @@ bool closed_within(int fd, std::chrono::milliseconds limit) {
 }  // namespace
 
 TEST_CASE("a REST server closes connections idle or stalled mid-request past its timeout, and only those", "[serving][rest]") {
-  testing::scratch_dir scratch{"af_rest"};
-  testing::save_version(scratch.path, 1, 1);
-  runtime rt;
-  server_options options;
-  options.poll_interval = std::chrono::milliseconds(0);
-  auto models = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string()}}, options);
-  REQUIRE(models);
+  single_model served;
   http_options http;
   http.port = 0;
   http.threads = 2;
   http.idle_timeout = std::chrono::seconds(1);
-  auto rest = http_server::start(**models, nullptr, http);
+  auto rest = http_server::start(*served.models, nullptr, http);
   REQUIRE(rest);
   const uint16_t port = (*rest)->port();
   const int silent = connect_to(port);
