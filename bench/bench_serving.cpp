@@ -2,8 +2,8 @@
 // from each request's scheduled time), against the same model run offline in this process, and
 // against Ray Serve (bench/serving_reference.py) when Ray and PyTorch are installed.
 //
-// For the MLP 784-512-512-10 and the digits CNN, single-row JSON requests over 32 keep-alive
-// connections:
+// For the MLP 784-512-512-10 and the digits CNN, single-row JSON requests over keep-alive
+// connections (32 in closed loops, 128 in open loops):
 //   offline_rows_per_s   the loaded SavedModel called directly at batch 32 (the baseline)
 //   saturation_per_s     closed loop, batching on (max 32, 2 ms timeout); ratio to offline
 //   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
@@ -158,10 +158,21 @@ bench::load_options load_at(uint16_t port, double rate, std::chrono::millisecond
   return o;
 }
 
+// The open loop at a fixed rate: enough connections that a due request never waits in the
+// generator for one. By Little's law 32 connections carry at most 32 / latency requests per
+// second (about 12k/s at the ~2.5 ms a batched request takes), which is close to 50% of the
+// MLP's saturation: the generator's own queue then added to the tail it reports.
+bench::load_options open_loop_at(uint16_t port, double rate, std::chrono::milliseconds span) {
+  auto o = load_at(port, rate, span);
+  o.connections = 128;
+  return o;
+}
+
 struct model_figures {
   double rows32_per_s = 0;  // closed loop with 32-row requests: the topology without JSON per row dominating
   double offline = 0, batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
   uint64_t open_loop_errors = 0;
+  std::size_t open_loop_client_queue_max = 0;  // due requests that found every connection busy
 };
 
 model_figures measure_model(runtime& rt, const std::string& base, const shape& row_dims, const std::string& body,
@@ -179,7 +190,8 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
     served s{rt, base, true};
     auto sat = bench::run_closed_loop(req, load_at(s.rest->port(), 0, len.saturation));
     f.saturation = sat.achieved_per_second;
-    auto open = bench::run_open_loop(req, load_at(s.rest->port(), f.saturation * 0.5, len.open_loop));
+    auto open = bench::run_open_loop(req, open_loop_at(s.rest->port(), f.saturation * 0.5, len.open_loop));
+    f.open_loop_client_queue_max = open.max_queue_depth;
     f.p50 = open.percentile_us(50) / 1e3;
     f.p90 = open.percentile_us(90) / 1e3;
     f.p99 = open.percentile_us(99) / 1e3;
@@ -218,6 +230,7 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_p999_ms", f.p999);
   out.add(name + "_p99_budget_ms", 2.0 + 3 * f.batch_ms);
   out.add(name + "_open_loop_errors", static_cast<double>(f.open_loop_errors));
+  out.add(name + "_open_loop_client_queue_max", static_cast<double>(f.open_loop_client_queue_max));
   out.add(name + "_mean_batch_rows", f.mean_batch);
   std::fprintf(stderr, "%s: offline %.0f rows/s, saturation %.0f req/s (%.2fx offline; 32-row requests %.0f rows/s, %.2fx), "
                "unbatched %.0f (batching %.1fx), 50%% load p50 %.2f p99 %.2f p99.9 %.2f ms (budget %.2f), mean batch %.1f\n",
@@ -287,7 +300,7 @@ bool measure_ray(const std::string& weights_dir, const std::string& body, const 
   if (ready) {
     const bench::load_request req{.method = "POST", .path = "/", .body = body};
     auto sat = bench::run_closed_loop(req, load_at(8000, 0, len.saturation));
-    auto open = bench::run_open_loop(req, load_at(8000, sat.achieved_per_second * 0.5, len.open_loop));
+    auto open = bench::run_open_loop(req, open_loop_at(8000, sat.achieved_per_second * 0.5, len.open_loop));
     out.add("ray_saturation_per_s", sat.achieved_per_second);
     out.add("ray_p99_ms", open.percentile_us(99) / 1e3);
     out.add("saturation_vs_ray", our_saturation / sat.achieved_per_second);
@@ -355,7 +368,7 @@ int main(int argc, char** argv) {
     served s{rt, (root / "mlp").string(), true};
     const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = mlp_body};
     bench::load_result during;
-    std::thread load([&] { during = bench::run_open_loop(req, load_at(s.rest->port(), mlp_figures.saturation * 0.5, len.open_loop)); });
+    std::thread load([&] { during = bench::run_open_loop(req, open_loop_at(s.rest->port(), mlp_figures.saturation * 0.5, len.open_loop)); });
     std::this_thread::sleep_for(len.open_loop / 3);
     auto next = mlp_784();
     must(saved_model::save(next, (root / "mlp" / "2").string()));
