@@ -4,7 +4,7 @@
 //                   [--port=8500] [--actor_port=8502] [--enable_batching [--batching_parameters_file=F]]
 //                   [--model_config_file=F] [--file_system_poll_wait_seconds=1]
 //                   [--bind_address=127.0.0.1] [--rest_api_num_threads=N] [--rest_api_timeout_in_ms=MS]
-//                   [--bearer_token=T] [--max_body_bytes=N]
+//                   [--bearer_token=T] [--max_body_bytes=N] [--tensorflow_intra_op_parallelism=N]
 //
 // Port 0 turns a front end off: REST (--rest_api_port, off by default as in TF Serving), gRPC
 // (--port, 8500 by default) and the CAF actor endpoint for af::serving::client (--actor_port, off
@@ -32,6 +32,7 @@
 #include "apps/serving/metrics.hpp"
 #include "apps/serving/model_server.hpp"
 #include "apps/serving/serving_config.hpp"
+#include "ops/parallel.hpp"
 
 namespace af::apps {
 
@@ -43,7 +44,7 @@ int usage(FILE* out) {
                "         [--rest_api_port=8501] [--port=8500] [--actor_port=8502] [--bind_address=127.0.0.1]\n"
                "         [--enable_batching [--batching_parameters_file=FILE]] [--file_system_poll_wait_seconds=1]\n"
                "         [--rest_api_num_threads=2] [--rest_api_timeout_in_ms=30000] [--grpc_num_threads=2]\n"
-               "         [--bearer_token=TOKEN] [--max_body_bytes=67108864]\n"
+               "         [--bearer_token=TOKEN] [--max_body_bytes=67108864] [--tensorflow_intra_op_parallelism=0]\n"
                "  a port of -1 picks a free one; 0 turns that front end off\n");
   return out == stderr ? 2 : 0;
 }
@@ -125,7 +126,7 @@ int run_serve(int argc, char** argv) {
   const std::vector<std::string> known{"model_name", "model_base_path", "model_config_file", "rest_api_port", "port", "actor_port",
                                        "bind_address", "enable_batching", "batching_parameters_file",
                                        "file_system_poll_wait_seconds", "rest_api_num_threads", "rest_api_timeout_in_ms",
-                                       "grpc_num_threads", "bearer_token", "max_body_bytes"};
+                                       "grpc_num_threads", "bearer_token", "max_body_bytes", "tensorflow_intra_op_parallelism"};
   auto flags = parse_flags(argc, argv, known, booleans);
   if (!flags) return usage(stderr);
   auto flag = [&](const std::string& name, const std::string& fallback = "") {
@@ -174,7 +175,10 @@ int run_serve(int argc, char** argv) {
   const auto grpc_threads = integer_flag("grpc_num_threads", 2, 1);
   const auto rest_timeout = integer_flag("rest_api_timeout_in_ms", 30000, 0);
   const auto body_limit = integer_flag("max_body_bytes", 64 << 20, 1);
-  if (!poll || !rest_port || !grpc_port || !actor_port || !rest_threads || !grpc_threads || !rest_timeout || !body_limit) return 2;
+  // As in TF Serving: threads one op of a model call may split its work over; 0 takes every core.
+  const auto intra_op = integer_flag("tensorflow_intra_op_parallelism", 0, 0);
+  if (!poll || !rest_port || !grpc_port || !actor_port || !rest_threads || !grpc_threads || !rest_timeout || !body_limit || !intra_op)
+    return 2;
   if (*rest_port > 65535 || *grpc_port > 65535 || *actor_port > 65535) return fail("ports go up to 65535");
   if (*rest_port == 0 && *grpc_port == 0 && *actor_port == 0)
     return fail("every front end is off: give --rest_api_port, --port or --actor_port");
@@ -187,7 +191,9 @@ int run_serve(int argc, char** argv) {
 
   runtime_options runtime_config;
   runtime_config.network = *actor_port != 0;
+  runtime_config.kernel_threads = static_cast<int>(std::min<int64_t>(*intra_op, 1024));
   runtime rt{runtime_config};
+  std::printf("serving: a model call's kernels use up to %d threads\n", thread_budget());
   auto metrics = std::make_shared<serving::serving_metrics>();
   auto server = serving::model_server::start(rt, models, options, metrics);
   if (!server) return fail(server.error_value().message);

@@ -55,7 +55,7 @@ TEST_CASE("actorflow serve starts on TF Serving's flags and stops cleanly on SIG
   }
   child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_name=dense", "--model_base_path=" + (cwd.path / "models" / "dense").string(),
                         "--rest_api_port=-1", "--port=-1", "--enable_batching", "--batching_parameters_file=batching.txt",
-                        "--file_system_poll_wait_seconds=0"},
+                        "--file_system_poll_wait_seconds=0", "--tensorflow_intra_op_parallelism=1"},
                        cwd.path};
   const ports p = wait_ready(server);
   CHECK(p.rest > 0);
@@ -66,6 +66,7 @@ TEST_CASE("actorflow serve starts on TF Serving's flags and stops cleanly on SIG
   INFO(describe(r));
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("serving: model 'dense': 1 AVAILABLE") && Contains("SIGTERM, stopping"));
+  CHECK_THAT(r.out, Contains("kernels use up to 1 threads"));
 }
 
 TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them", "[cli][serve]") {
@@ -83,6 +84,7 @@ TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them"
   CHECK_THAT(refused({"--model_name=m"}), Contains("--model_base_path"));
   CHECK_THAT(refused({base, "--no_such_flag=1"}), Contains("unknown flag --no_such_flag"));
   CHECK_THAT(refused({base, "--rest_api_port=http"}), Contains("--rest_api_port must be an integer"));
+  CHECK_THAT(refused({base, "--tensorflow_intra_op_parallelism=-2"}), Contains("--tensorflow_intra_op_parallelism must be an integer >= 0"));
   CHECK_THAT(refused({"--model_base_path=" + (cwd.path / "absent").string()}), Contains("absent"));
   CHECK_THAT(refused({base, "--batching_parameters_file=b.txt"}), Contains("--enable_batching"));
   {
