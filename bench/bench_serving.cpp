@@ -5,6 +5,7 @@
 // For the MLP 784-512-512-10 and the digits CNN, single-row JSON requests over keep-alive
 // connections (32 in closed loops, 128 in open loops):
 //   offline_rows_per_s   the loaded SavedModel called directly at batch 32 (the baseline)
+//   batch32_served_threads_ms  one such batch on the kernel threads the replica gets
 //   saturation_per_s     closed loop, batching on (max 32, 2 ms timeout); ratio to offline
 //   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
 //   p50/p90/p99/p999_ms  open loop at 50% of saturation; p99_budget_ms = timeout + 3 x batch time
@@ -170,7 +171,7 @@ bench::load_options open_loop_at(uint16_t port, double rate, std::chrono::millis
 
 struct model_figures {
   double rows32_per_s = 0;  // closed loop with 32-row requests: the topology without JSON per row dominating
-  double offline = 0, batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
+  double offline = 0, batch_ms = 0, served_batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
   uint64_t open_loop_errors = 0;
   std::size_t open_loop_client_queue_max = 0;  // due requests that found every connection busy
 };
@@ -185,6 +186,8 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
   set_thread_budget(serving_threads);
   f.offline = offline;
   f.batch_ms = batch_s * 1e3;
+  // What one batch costs the replica as served (kernels on one thread unless --kernel-threads-all).
+  f.served_batch_ms = offline_throughput(base + "/1", row_dims, len.offline).second * 1e3;
   const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = body};
   {
     served s{rt, base, true};
@@ -218,6 +221,7 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
 void add_model(bench::json_line& out, const std::string& name, const model_figures& f) {
   out.add(name + "_offline_rows_per_s", f.offline);
   out.add(name + "_batch32_ms", f.batch_ms);
+  out.add(name + "_batch32_served_threads_ms", f.served_batch_ms);
   out.add(name + "_saturation_per_s", f.saturation);
   out.add(name + "_saturation_vs_offline", f.saturation / f.offline);
   out.add(name + "_rows32_requests_rows_per_s", f.rows32_per_s);
@@ -232,6 +236,8 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_open_loop_errors", static_cast<double>(f.open_loop_errors));
   out.add(name + "_open_loop_client_queue_max", static_cast<double>(f.open_loop_client_queue_max));
   out.add(name + "_mean_batch_rows", f.mean_batch);
+  std::fprintf(stderr, "%s: a batch of 32 takes %.2f ms on every core, %.2f ms on the replica's threads\n", name.c_str(), f.batch_ms,
+               f.served_batch_ms);
   std::fprintf(stderr, "%s: offline %.0f rows/s, saturation %.0f req/s (%.2fx offline; 32-row requests %.0f rows/s, %.2fx), "
                "unbatched %.0f (batching %.1fx), 50%% load p50 %.2f p99 %.2f p99.9 %.2f ms (budget %.2f), mean batch %.1f\n",
                name.c_str(), f.offline, f.saturation, f.saturation / f.offline, f.rows32_per_s, f.rows32_per_s / f.offline, f.unbatched,
