@@ -7,6 +7,8 @@
 //   offline_rows_per_s   the loaded SavedModel called directly at batch 32 (the baseline)
 //   batch32_served_threads_ms  one such batch on the kernel threads the replica gets
 //   saturation_per_s     closed loop, batching on (max 32, 2 ms timeout); ratio to offline
+//   grpc_saturation_per_s, grpc_rows32_rows_per_s  the same topology over gRPC's Predict with
+//                        tensor_content, 1-row and 32-row calls: the server without JSON
 //   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
 //   p50/p90/p99/p999_ms  open loop at 50% of saturation; p99_budget_ms = timeout + 3 x batch time
 //   batch sizes          mean real rows per batch at 50% load
@@ -28,10 +30,12 @@
 #include <thread>
 
 #include "actors/runtime.hpp"
+#include "apps/serving/grpc_server.hpp"
 #include "apps/serving/http_server.hpp"
 #include "apps/serving/metrics.hpp"
 #include "apps/serving/model_server.hpp"
 #include "bench/bench_common.hpp"
+#include "bench/grpc_load.hpp"
 #include "bench/load_generator.hpp"
 #include "ops/parallel.hpp"
 #include "ops/train/layers.hpp"
@@ -119,6 +123,7 @@ struct served {
   runtime* rt;
   std::unique_ptr<serving::model_server> models;
   std::unique_ptr<serving::http_server> rest;
+  std::unique_ptr<serving::grpc_server> grpc;
   std::shared_ptr<serving::serving_metrics> metrics = std::make_shared<serving::serving_metrics>();
 
   served(runtime& r, const std::string& base, bool batching, std::size_t max_enqueued_batches = 64) : rt(&r) {
@@ -136,6 +141,19 @@ struct served {
     h.port = 0;
     h.threads = 2;
     rest = serving::http_server::start(*models, metrics, h).value();
+    grpc = serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = 2}).value();  // as `serve` passes
+  }
+
+  // Closed-loop Predict calls over gRPC, `rows` rows each: rows per second answered.
+  double grpc_rows_per_s(const shape& row_dims, int64_t rows, std::size_t in_flight, std::chrono::milliseconds span) const {
+    shape dims{rows};
+    for (int64_t d : row_dims) dims.push_back(d);
+    const std::string input = models->find_signature({.name = "m"}).value()->inputs.front().name;
+    const auto r = bench::run_grpc_closed_loop(tensor::full(dims, 0.5, dtype::f32).value(),
+                                               {.port = static_cast<uint16_t>(grpc->port()), .model = "m", .input = input,
+                                                .in_flight = in_flight, .duration = span});
+    if (r.failed) std::fprintf(stderr, "bench_serving: %llu gRPC calls failed: %s\n", static_cast<unsigned long long>(r.failed), r.first_error.c_str());
+    return r.ok_per_second * static_cast<double>(rows);
   }
 
   double mean_batch_rows() const {
@@ -171,6 +189,7 @@ bench::load_options open_loop_at(uint16_t port, double rate, std::chrono::millis
 
 struct model_figures {
   double rows32_per_s = 0;  // closed loop with 32-row requests: the topology without JSON per row dominating
+  double grpc_per_s = 0, grpc_rows32_per_s = 0;  // the same over gRPC with tensor_content (no JSON at all)
   double offline = 0, batch_ms = 0, served_batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
   uint64_t open_loop_errors = 0;
   std::size_t open_loop_client_queue_max = 0;  // due requests that found every connection busy
@@ -210,6 +229,8 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
     auto options32 = load_at(s.rest->port(), 0, len.saturation);
     options32.connections = 4;
     f.rows32_per_s = 32 * bench::run_closed_loop(req32, options32).achieved_per_second;
+    f.grpc_per_s = s.grpc_rows_per_s(row_dims, 1, 32, len.saturation);
+    f.grpc_rows32_per_s = s.grpc_rows_per_s(row_dims, 32, 4, len.saturation);
   }
   {
     served s{rt, base, false};
@@ -226,6 +247,10 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_saturation_vs_offline", f.saturation / f.offline);
   out.add(name + "_rows32_requests_rows_per_s", f.rows32_per_s);
   out.add(name + "_rows32_vs_offline", f.rows32_per_s / f.offline);
+  out.add(name + "_grpc_saturation_per_s", f.grpc_per_s);
+  out.add(name + "_grpc_saturation_vs_offline", f.grpc_per_s / f.offline);
+  out.add(name + "_grpc_rows32_rows_per_s", f.grpc_rows32_per_s);
+  out.add(name + "_grpc_rows32_vs_offline", f.grpc_rows32_per_s / f.offline);
   out.add(name + "_unbatched_per_s", f.unbatched);
   out.add(name + "_batching_speedup", f.saturation / f.unbatched);
   out.add(name + "_p50_ms", f.p50);
@@ -236,6 +261,8 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_open_loop_errors", static_cast<double>(f.open_loop_errors));
   out.add(name + "_open_loop_client_queue_max", static_cast<double>(f.open_loop_client_queue_max));
   out.add(name + "_mean_batch_rows", f.mean_batch);
+  std::fprintf(stderr, "%s over gRPC (tensor_content): 1-row calls %.0f req/s (%.2fx offline), 32-row calls %.0f rows/s (%.2fx)\n",
+               name.c_str(), f.grpc_per_s, f.grpc_per_s / f.offline, f.grpc_rows32_per_s, f.grpc_rows32_per_s / f.offline);
   std::fprintf(stderr, "%s: a batch of 32 takes %.2f ms on every core, %.2f ms on the replica's threads\n", name.c_str(), f.batch_ms,
                f.served_batch_ms);
   std::fprintf(stderr, "%s: offline %.0f rows/s, saturation %.0f req/s (%.2fx offline; 32-row requests %.0f rows/s, %.2fx), "
