@@ -101,9 +101,11 @@ double rss_mib() {
   return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
 }
 
-// Rows per second of the loaded model called directly at batch 32, and one batch's median time.
-std::pair<double, double> offline_throughput(const std::string& dir, const shape& row_dims, std::chrono::milliseconds span) {
-  auto loaded = saved_model::load(dir).value();
+// The loaded model called directly at batch 32 on `threads` kernel threads: one batch's median
+// seconds. The caller's thread budget is restored afterwards.
+double offline_batch_seconds(saved_model::loaded_model& loaded, const shape& row_dims, int threads, std::chrono::milliseconds span) {
+  const int before = thread_budget();
+  set_thread_budget(threads);
   shape dims{32};
   for (int64_t d : row_dims) dims.push_back(d);
   const tensor x = tensor::full(dims, 0.5, dtype::f32).value();
@@ -112,8 +114,8 @@ std::pair<double, double> offline_throughput(const std::string& dir, const shape
   const auto until = std::chrono::steady_clock::now() + span;
   while (std::chrono::steady_clock::now() < until)
     times.push_back(bench::seconds_of([&] { (void)loaded.call("serving_default", {x}); }));
-  const double batch_s = bench::median(times);
-  return {32.0 / batch_s, batch_s};
+  set_thread_budget(before);
+  return bench::median(times);
 }
 
 int replica_nice = 5;  // as `actorflow serve` runs its replicas
@@ -199,15 +201,15 @@ struct model_figures {
 model_figures measure_model(runtime& rt, const std::string& base, const shape& row_dims, const std::string& body,
                             const phase_lengths& len) {
   model_figures f;
-  // The baseline at its strongest: every core for the kernels, whatever the server is given.
-  const int serving_threads = thread_budget();
-  set_thread_budget(offline_threads);
-  auto [offline, batch_s] = offline_throughput(base + "/1", row_dims, len.offline);
-  set_thread_budget(serving_threads);
-  f.offline = offline;
-  f.batch_ms = batch_s * 1e3;
-  // What one batch costs the replica as served (kernels on one thread unless --kernel-threads-all).
-  f.served_batch_ms = offline_throughput(base + "/1", row_dims, len.offline).second * 1e3;
+  {
+    auto loaded = saved_model::load(base + "/1").value();
+    // The baseline at its strongest: every core for the kernels, whatever the server is given.
+    const double batch_s = offline_batch_seconds(loaded, row_dims, offline_threads, len.offline);
+    f.offline = 32.0 / batch_s;
+    f.batch_ms = batch_s * 1e3;
+    // What one batch costs the replica as served (kernels on one thread unless --kernel-threads-all).
+    f.served_batch_ms = offline_batch_seconds(loaded, row_dims, thread_budget(), len.offline) * 1e3;
+  }
   const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = body};
   {
     served s{rt, base, true};
