@@ -49,7 +49,10 @@ struct runtime_options {
   /// hand-written loop; 0.71 with 50). A trainer fed by a pipeline on few cores wants 50: the
   /// pipeline hands over one batch per step, and ~5 ms of polling after each takes a core from the
   /// step's kernels (a fit epoch took 1.4-2.1x the same steps in a plain loop on 2 cores; ~1.1x
-  /// with 50).
+  /// with 50). A server wants 1 (`actorflow serve`): its requests arrive from threads outside the
+  /// scheduler, and CAF wakes a napping worker for those at once, while ~100k polls a second take
+  /// the cores its I/O threads need (bench_serving on 2 cores: 10-15% more single-row requests a
+  /// second, 20% more 32-row ones).
   int idle_polls = 500;
   /// CAF's deterministic test_coordinator instead of worker threads: scheduled actors run only
   /// when the caller drives the scheduler (tests/support/deterministic.hpp), one message at a

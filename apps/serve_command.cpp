@@ -192,6 +192,9 @@ int run_serve(int argc, char** argv) {
   runtime_options runtime_config;
   runtime_config.network = *actor_port != 0;
   runtime_config.kernel_threads = static_cast<int>(std::min<int64_t>(*intra_op, 1024));
+  // Idle CAF workers nap at once (actors/runtime.hpp): a server's messages come from its front-end
+  // threads, which wake a napping worker, and polling would take the cores those threads need.
+  runtime_config.idle_polls = 1;
   runtime rt{runtime_config};
   std::printf("serving: a model call's kernels use up to %d threads\n", thread_budget());
   auto metrics = std::make_shared<serving::serving_metrics>();

@@ -16,6 +16,7 @@
 // excess is answered 429. --quick shortens every phase (the overload to 3 s instead of 30 s).
 //
 //   build/bench/bench_serving [--quick] [--no-peer] [--no-nice | --replica-nice N] [--kernel-threads-all]
+//                             [--idle-polls N]
 
 #include <fcntl.h>
 #include <signal.h>
@@ -366,6 +367,9 @@ int main(int argc, char** argv) {
   offline_threads = thread_budget();
   runtime_options ro;
   ro.kernel_threads = bench::has_flag(argc, argv, "--kernel-threads-all") ? offline_threads : 1;
+  ro.idle_polls = 1;  // as `actorflow serve` runs its CAF workers; --idle-polls 500 is the library's default
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string{argv[i]} == "--idle-polls") ro.idle_polls = std::atoi(argv[i + 1]);
   runtime rt{ro};
 
   auto mlp = mlp_784();
