@@ -491,4 +491,10 @@ std::size_t batching_queue::queued_rows() const {
   return impl_->counters->queued_rows.load(std::memory_order_relaxed);
 }
 
+bool batching_queue::refuse_if_full() const {
+  if (queued_rows() < impl_->capacity_rows) return false;
+  shared_counters::add(impl_->counters->refused_full, 1);
+  return true;
+}
+
 }  // namespace af::serving

@@ -102,6 +102,9 @@ class batching_queue {
   /// Rows waiting in the queue now, and the most that may wait (max_enqueued_batches full batches).
   std::size_t queued_rows() const;
   std::size_t capacity_rows() const;
+  /// True, counting a refusal (batching_stats::refused_full), when no row fits in the queue now:
+  /// for a front end that refuses a request before it decodes it.
+  bool refuse_if_full() const;
 
   struct impl;
 

@@ -81,6 +81,12 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
       reactor->Finish(invalid(missing_spec));
       return reactor;
     }
+    // Refused before the tensors are copied out, as the REST front end refuses before it parses.
+    const model_spec spec = spec_of(request->model_spec());
+    if (auto admitted = models_.admit(spec); !admitted) {
+      reactor->Finish(to_status(admitted.error_value()));
+      return reactor;
+    }
     std::vector<named_tensor> inputs;
     inputs.reserve(request->inputs().size());
     for (const auto& [name, proto] : request->inputs()) {
@@ -92,7 +98,7 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
       inputs.push_back({name, std::move(*value)});
     }
     // The request and response live until the reactor is done, that is until Finish below.
-    models_.predict_async(spec_of(request->model_spec()), std::move(inputs), deadline_of(*ctx),
+    models_.predict_async(spec, std::move(inputs), deadline_of(*ctx),
                           [reactor, request, response](expected<prediction> answer) {
                             reactor->Finish(answer ? respond(*request, *answer, *response) : to_status(answer.error_value()));
                           });

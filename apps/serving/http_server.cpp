@@ -219,11 +219,11 @@ class session : public std::enable_shared_from_this<session> {
 
   void predict(model_spec spec, bool keep) {
     auto& models = *ctx_->models;
-    // A full queue is answered before the body is parsed: refusing must cost far less than serving,
-    // or an overloaded server would spend its time parsing requests it then refuses.
-    if (models.queue_full(spec)) {
-      return reply(429, encode_error("the batching queue of model '" + spec.name + "' is full; try again later"), keep);
-    }
+    // A full queue or an unknown model is answered before the body is parsed: refusing must cost
+    // far less than serving, or an overloaded server would spend its time parsing requests it then
+    // refuses.
+    if (auto admitted = models.admit(spec); !admitted)
+      return reply(http_status_for(admitted.error_value().code), encode_error(admitted.error_value().message), keep);
     const signature_lookup lookup = [&](const std::string& signature_name) {
       model_spec with = spec;
       with.signature_name = signature_name;

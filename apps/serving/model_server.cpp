@@ -29,6 +29,7 @@ struct signature_queue {
   std::shared_ptr<const graph::signature> signature;  // shared with the answers
   batching_queue queue;
   serving_metrics::latency_histogram* answered = nullptr;  // its "OK" series, when there are metrics
+  serving_metrics::latency_histogram* refused = nullptr;   // its "resource_exhausted" series, likewise
 };
 
 struct servable {
@@ -123,7 +124,9 @@ struct model_server::impl {
       auto queue = batching_queue::start(*rt, std::move(run), queue_options(), sig.inputs);
       if (!queue) return make_error(queue.error_value().code, s->dir + ": signature '" + sig.name + "': " + queue.error_value().message);
       serving_metrics::latency_histogram* answered = metrics ? &metrics->series(s->model_name, s->version, sig.name, "OK") : nullptr;
-      s->queues.emplace(sig.name, signature_queue{std::make_shared<const graph::signature>(sig), std::move(*queue), answered});
+      serving_metrics::latency_histogram* refused =
+          metrics ? &metrics->series(s->model_name, s->version, sig.name, to_string(errc::resource_exhausted)) : nullptr;
+      s->queues.emplace(sig.name, signature_queue{std::make_shared<const graph::signature>(sig), std::move(*queue), answered, refused});
     }
     for (auto& [name, q] : s->queues) {
       auto warmed = warm_up(s->dir, *q.signature, q.queue, queue_options());
@@ -395,13 +398,17 @@ expected<std::shared_ptr<const graph::signature>> model_server::find_signature(c
   return q->second.signature;
 }
 
-bool model_server::queue_full(const model_spec& spec) const {
-  auto s = impl_->resolve(spec);
-  if (!s) return false;
+expected<void> model_server::admit(const model_spec& spec) const {
+  const auto started = clock_type::now();
+  AF_TRY_ASSIGN(auto s, impl_->resolve(spec));
   const std::string_view name = spec.signature_name.empty() ? saved_model::default_signature : std::string_view{spec.signature_name};
-  auto q = (*s)->queues.find(name);
-  if (q == (*s)->queues.end()) return false;
-  return q->second.queue.queued_rows() >= q->second.queue.capacity_rows();
+  auto q = s->queues.find(name);
+  // A signature named in the body, not yet known here: predict_async decides once it is decoded.
+  if (q == s->queues.end() || !q->second.queue.refuse_if_full()) return {};
+  if (q->second.refused) serving_metrics::observe(*q->second.refused, std::chrono::duration<double>(clock_type::now() - started).count());
+  return make_error(errc::resource_exhausted, "the batching queue of model '" + spec.name + "' version " + std::to_string(s->version) +
+                                                  " is full (" + std::to_string(q->second.queue.capacity_rows()) +
+                                                  " rows waiting); try again later");
 }
 
 std::vector<std::string> model_server::model_names() const {

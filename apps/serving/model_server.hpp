@@ -92,10 +92,11 @@ class model_server {
   expected<prediction> predict(const model_spec& spec, std::vector<named_tensor> inputs,
                                std::optional<clock_type::time_point> deadline = std::nullopt);
 
-  /// Whether the queue a spec's request would join is full now (any signature of the version the
-  /// spec resolves to): a front end refuses such a request before it decodes it. False when the
-  /// spec does not resolve (predict_async then says why).
-  bool queue_full(const model_spec& spec) const;
+  /// Whether a request for `spec` may go in now, asked before its body is decoded so that refusing
+  /// costs far less than serving: not_found when the spec does not resolve, resource_exhausted
+  /// when the queue of its signature (empty: serving_default) is full. A refusal is counted as the
+  /// queue's and as a request with outcome resource_exhausted, as predict_async counts its own.
+  expected<void> admit(const model_spec& spec) const;
 
   /// Every version the server knows of (one, when spec.version is given), highest first.
   expected<std::vector<version_status>> status(const std::string& model, std::optional<int64_t> version) const;

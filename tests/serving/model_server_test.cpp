@@ -242,3 +242,49 @@ TEST_CASE("a version whose recorded warmup requests do not parse is refused, nam
   CHECK_THAT(status[0].status.message, Catch::Contains("tf_serving_warmup_requests"));
   CHECK((*server)->predict({.name = "m"}, {{"x", some_rows(1)}}).error_value().code == errc::not_found);
 }
+
+TEST_CASE("a full queue refuses a request before it is decoded, and the refusal is counted", "[serving]") {
+  testing::scratch_dir scratch{"af_serving"};
+  testing::save_version(scratch.path, 1, 1);
+  runtime rt;
+  auto options = manual_polling(true);
+  options.batching.max_enqueued_batches = 2;  // 16 rows
+  auto metrics = std::make_shared<serving_metrics>();
+  auto server = model_server::start(rt, {{.name = "m", .base_path = scratch.path.string()}}, options, metrics);
+  REQUIRE(server);
+  const model_spec spec{.name = "m"};
+  CHECK((*server)->admit(spec));
+  CHECK((*server)->admit({.name = "nosuch"}).error_value().code == errc::not_found);
+  CHECK((*server)->admit({.name = "m", .version = 7}).error_value().code == errc::not_found);
+  // A signature that only the body would name is left to predict_async.
+  CHECK((*server)->admit({.name = "m", .signature_name = "other"}));
+
+  // Clients that keep more full batches coming than the replica runs, until admit refuses one.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c)
+    clients.emplace_back([&] {
+      const tensor x = some_rows(8);
+      while (!stop.load()) (void)(*server)->predict(spec, {{"x", x}});
+    });
+  std::optional<error> refusal;
+  uint64_t refusals = 0;
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       refusals < 3 && std::chrono::steady_clock::now() < until;) {
+    if (auto admitted = (*server)->admit(spec); !admitted) {
+      refusal = admitted.error_value();
+      ++refusals;
+    }
+  }
+  stop = true;
+  for (auto& t : clients) t.join();
+  REQUIRE(refusal);
+  CHECK(refusal->code == errc::resource_exhausted);
+  CHECK_THAT(refusal->message, Catch::Contains("model 'm' version 1 is full"));
+  // Counted where the batcher counts its own refusals, and as answered requests.
+  CHECK(metrics->series("m", 1, "serving_default", "resource_exhausted").count.load() >= refusals);
+  CHECK(metrics->queues().front().stats.refused_full >= refusals);
+  // Once the clients are gone the queue drains and takes requests again.
+  for (int i = 0; i < 200 && !(*server)->admit(spec); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK((*server)->admit(spec));
+}
