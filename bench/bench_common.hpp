@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,30 @@ inline bool has_flag(int argc, char** argv, const char* flag) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], flag) == 0) return true;
   return false;
+}
+
+/// Exits when the command line holds what the program does not take: with its usage and status 0
+/// for --help, status 2 for an unknown flag or a valued flag without its value (a typo must not
+/// start a long full-length run).
+inline void check_flags(int argc, char** argv, const char* usage, std::initializer_list<const char*> switches,
+                        std::initializer_list<const char*> valued = {}) {
+  auto among = [](const char* arg, std::initializer_list<const char*> flags) {
+    return std::any_of(flags.begin(), flags.end(), [&](const char* f) { return std::strcmp(arg, f) == 0; });
+  };
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("usage: %s\n", usage);
+      std::exit(0);
+    }
+    if (among(argv[i], switches)) continue;
+    if (among(argv[i], valued) && i + 1 < argc) {
+      ++i;
+      continue;
+    }
+    std::fprintf(stderr, "%s: %s '%s'\nusage: %s\n", argv[0], among(argv[i], valued) ? "no value after" : "unknown argument", argv[i],
+                 usage);
+    std::exit(2);
+  }
 }
 
 inline double median(std::vector<double> xs) {

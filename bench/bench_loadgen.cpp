@@ -249,6 +249,7 @@ void add_result(af::bench::json_line& json, const std::string& prefix, const loa
   json.add(prefix + "_completed", static_cast<double>(r.completed));
   json.add(prefix + "_ok", static_cast<double>(r.ok));
   json.add(prefix + "_achieved_rps", r.achieved_per_second);
+  json.add(prefix + "_measured_seconds", r.measured_seconds);
   const std::pair<double, const char*> percentiles[] = {{50, "p50"}, {90, "p90"}, {99, "p99"}, {99.9, "p999"}};
   for (const auto& [p, name] : percentiles) {
     const double value = r.percentile_us(p);
@@ -258,6 +259,8 @@ void add_result(af::bench::json_line& json, const std::string& prefix, const loa
     json.add(prefix + "_status_" + std::to_string(status), static_cast<double>(count));
     json.add(prefix + "_status_" + std::to_string(status) + "_p50_us",
              af::bench::percentile_of(r.latencies_by_status_us.at(status), 50));
+    json.add(prefix + "_status_" + std::to_string(status) + "_p99_us",
+             af::bench::percentile_of(r.latencies_by_status_us.at(status), 99));
   }
   json.add(prefix + "_failed", static_cast<double>(r.failed));
   json.add(prefix + "_not_answered", static_cast<double>(r.not_answered));
@@ -429,6 +432,12 @@ int measure_self(bool quick) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv,
+                         "bench_loadgen [--quick] | --host H --port P [--path /x] [--body-file F] [--connections N] [--rate R] "
+                         "[--duration-ms D] [--warmup-ms W] [--closed] [--poisson] [--method M] [--pipeline K]",
+                         {"--quick", "--closed", "--poisson"},
+                         {"--host", "--port", "--path", "--method", "--body-file", "--connections", "--rate", "--duration-ms",
+                          "--warmup-ms", "--pipeline"});
   if (flag_value(argc, argv, "--host")) return measure_external(argc, argv);
   return measure_self(af::bench::has_flag(argc, argv, "--quick"));
 }

@@ -12,8 +12,9 @@
 //   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
 //   p50/p90/p99/p999_ms  open loop at 50% of saturation; p99_budget_ms = timeout + 3 x batch time
 //   batch sizes          mean real rows per batch at 50% load
-// Overload (MLP): open loop at 2x saturation with a short queue: RSS drift and how fast the
-// excess is answered 429. --quick shortens every phase (the overload to 3 s instead of 30 s).
+// Overload (MLP): open loop at 2x saturation with a short queue, from bench_loadgen in a child
+// process: the server's RSS drift (after and peak) and how fast the excess is answered 429.
+// --quick shortens every phase (the overload to 3 s instead of 30 s).
 //
 //   build/bench/bench_serving [--quick] [--no-peer] [--no-nice | --replica-nice N] [--kernel-threads-all]
 //                             [--idle-polls N]
@@ -38,6 +39,7 @@
 #include "bench/bench_common.hpp"
 #include "bench/grpc_load.hpp"
 #include "bench/load_generator.hpp"
+#include "bench/loadgen_process.hpp"
 #include "ops/parallel.hpp"
 #include "ops/train/layers.hpp"
 #include "serialization/npy.hpp"
@@ -277,35 +279,56 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
 
 // Open loop at twice `saturation` against a short queue (2 batches) over 512 connections, so that
 // the excess reaches the server (32 connections would hold fewer requests than the queue): how
-// much is served, how fast the rest is refused, and whether memory stays put.
+// much is served, how fast the rest is refused, and whether memory stays put. The generator is
+// bench_loadgen in a process of its own (the same generator, one thread as in the other phases):
+// the RSS sampled here is the server's alone, not the generator's backlog and latency records.
 void measure_overload(runtime& rt, const std::string& name, const std::string& base, const std::string& body, double saturation,
-                      const phase_lengths& len, bench::json_line& out) {
+                      const phase_lengths& len, const fs::path& scratch, bench::json_line& out) {
   served s{rt, base, true, /*max_enqueued_batches=*/2};
-  const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = body};
-  auto at = load_at(s.rest->port(), saturation * 2, 1000ms);
-  at.connections = 512;
-  (void)bench::run_open_loop(req, at);  // warms the connections and the allocator up
+  const std::string body_file = (scratch / (name + "_body.json")).string();
+  std::ofstream(body_file, std::ios::binary) << body;
+  auto run = [&](std::chrono::milliseconds span, const std::function<void()>& tick) {
+    return bench::run_loadgen_process({"--host", "127.0.0.1", "--port", std::to_string(s.rest->port()), "--path", "/v1/models/m:predict",
+                                       "--body-file", body_file, "--connections", "512", "--rate", std::to_string(saturation * 2),
+                                       "--duration-ms", std::to_string(span.count()), "--warmup-ms", "300"},
+                                      tick);
+  };
+  (void)run(1000ms, [] {});  // warms the connections and the allocator up
   const double rss_before = rss_mib();
-  at.duration = len.overload;
-  auto over = bench::run_open_loop(req, at);
+  double rss_peak = rss_before;
+  const auto line = run(len.overload, [&] { rss_peak = std::max(rss_peak, rss_mib()); });
   const double rss_after = rss_mib();
-  const auto& refused = over.latencies_by_status_us[429];
-  const uint64_t other = over.completed - over.ok - over.status_counts[429] + over.failed + over.not_answered;
+  if (!line) {
+    out.add(name, std::string{"failed: bench_loadgen did not run"});
+    return;
+  }
+  auto field = [&](const std::string& key) { return bench::json_number(*line, "open_" + key); };
+  auto count = [&](const std::string& key) { return std::isnan(field(key)) ? 0.0 : field(key); };
+  const double refused = count("status_429");
+  // Neither 2xx nor 429: another status, a connection broken under the request, or no answer by the
+  // end of the drain (a request still waiting in the generator counts here).
+  const double other_status = count("completed") - count("ok") - refused;
+  const double other = other_status + count("failed") + count("not_answered");
   out.add(name + "_seconds", std::chrono::duration<double>(len.overload).count());
-  out.add(name + "_ok_per_s", static_cast<double>(over.ok) / over.measured_seconds);
-  out.add(name + "_429_share", over.completed ? static_cast<double>(over.status_counts[429]) / static_cast<double>(over.completed) : 0);
-  out.add(name + "_429_p50_ms", bench::percentile_of(refused, 50) / 1e3);
-  out.add(name + "_429_p99_ms", bench::percentile_of(refused, 99) / 1e3);
-  out.add(name + "_other_errors", static_cast<double>(other));
+  out.add(name + "_ok_per_s", count("ok") / field("measured_seconds"));
+  out.add(name + "_429_share", count("completed") > 0 ? refused / count("completed") : 0);
+  out.add(name + "_429_p50_ms", field("status_429_p50_us") / 1e3);
+  out.add(name + "_429_p99_ms", field("status_429_p99_us") / 1e3);
+  out.add(name + "_other_errors", other);
+  out.add(name + "_other_status", other_status);
+  out.add(name + "_failed", count("failed"));
+  out.add(name + "_not_answered", count("not_answered"));
   out.add(name + "_rss_drift", rss_after / rss_before - 1);
+  out.add(name + "_rss_peak_drift", rss_peak / rss_before - 1);
   // Due requests that found every connection busy and waited in the generator (their latency runs
   // from their schedule all the same): how far the server's backlog reached back into the client.
-  out.add(name + "_client_queue_max", static_cast<double>(over.max_queue_depth));
-  std::fprintf(stderr, "%s 2x (%.0f/s) for %.0f s: %.0f ok/s, %llu answered 429 (p50 %.2f, p99 %.2f ms from schedule), %llu other, RSS %.1f -> %.1f MiB, "
-               "client queue max %zu\n",
-               name.c_str(), saturation * 2, std::chrono::duration<double>(len.overload).count(), static_cast<double>(over.ok) / over.measured_seconds,
-               static_cast<unsigned long long>(over.status_counts[429]), bench::percentile_of(refused, 50) / 1e3,
-               bench::percentile_of(refused, 99) / 1e3, static_cast<unsigned long long>(other), rss_before, rss_after, over.max_queue_depth);
+  out.add(name + "_client_queue_max", count("max_queue_depth"));
+  std::fprintf(stderr,
+               "%s 2x (%.0f/s) for %.0f s: %.0f ok/s, %.0f answered 429 (p50 %.2f, p99 %.2f ms from schedule), %.0f other (%.0f other "
+               "status, %.0f failed, %.0f unanswered at the drain's end), server RSS %.1f -> %.1f MiB (peak %.1f), client queue max %.0f\n",
+               name.c_str(), saturation * 2, std::chrono::duration<double>(len.overload).count(), count("ok") / field("measured_seconds"),
+               refused, field("status_429_p50_us") / 1e3, field("status_429_p99_us") / 1e3, other, other_status, count("failed"),
+               count("not_answered"), rss_before, rss_after, rss_peak, count("max_queue_depth"));
 }
 
 // Ray Serve serving the same MLP weights, measured by the same generator; false when absent.
@@ -355,6 +378,9 @@ bool measure_ray(const std::string& weights_dir, const std::string& body, const 
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::check_flags(argc, argv,
+                     "bench_serving [--quick] [--no-peer] [--no-nice | --replica-nice N] [--kernel-threads-all] [--idle-polls N]",
+                     {"--quick", "--no-peer", "--no-nice", "--kernel-threads-all"}, {"--replica-nice", "--idle-polls"});
   const bool quick = bench::has_flag(argc, argv, "--quick");
   if (bench::has_flag(argc, argv, "--no-nice")) replica_nice = 0;
   for (int i = 1; i + 1 < argc; ++i)
@@ -392,7 +418,7 @@ int main(int argc, char** argv) {
 
   // Overload: twice the saturation rate against a short queue, for the light MLP (where parsing
   // JSON, not the model, limits the server) and for a wide one (where the model does).
-  measure_overload(rt, "overload", (root / "mlp").string(), mlp_body, mlp_figures.saturation, len, out);
+  measure_overload(rt, "overload", (root / "mlp").string(), mlp_body, mlp_figures.saturation, len, root, out);
   {
     auto wide = mlp_784(4096);
     must(saved_model::save(wide, (root / "wide" / "1").string()));
@@ -400,7 +426,7 @@ int main(int argc, char** argv) {
     const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = mlp_body};
     const double wide_saturation = bench::run_closed_loop(req, load_at(s.rest->port(), 0, len.saturation)).achieved_per_second;
     out.add("wide_saturation_per_s", wide_saturation);
-    measure_overload(rt, "wide_overload", (root / "wide").string(), mlp_body, wide_saturation, len, out);
+    measure_overload(rt, "wide_overload", (root / "wide").string(), mlp_body, wide_saturation, len, root, out);
   }
 
   // A new version under load at half the saturation rate: every request must be answered 200.
