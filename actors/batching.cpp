@@ -65,7 +65,7 @@ int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(c
 // queued_rows() on every request: no lock on that path).
 struct shared_counters {
   explicit shared_counters(std::size_t max_batch_size) : batch_sizes(max_batch_size + 1) {}
-  std::atomic<uint64_t> requests{0}, batches{0}, rows{0}, padded_rows{0}, refused_full{0}, refused_deadline{0}, failed{0};
+  std::atomic<uint64_t> requests{0}, batches{0}, rows{0}, padded_rows{0}, refused_full{0}, refused_deadline{0}, failed{0}, sent_ahead{0};
   std::vector<std::atomic<uint64_t>> batch_sizes;
   std::atomic<std::size_t> queued_rows{0};
 
@@ -79,6 +79,7 @@ struct shared_counters {
     s.refused_full = refused_full.load(std::memory_order_relaxed);
     s.refused_deadline = refused_deadline.load(std::memory_order_relaxed);
     s.failed = failed.load(std::memory_order_relaxed);
+    s.sent_ahead = sent_ahead.load(std::memory_order_relaxed);
     for (const auto& n : batch_sizes) s.batch_sizes.push_back(n.load(std::memory_order_relaxed));
     return s;
   }
@@ -108,13 +109,30 @@ struct waiting_request {
   reply_channel reply;
 };
 
+// A replica and the batches sent to it. A full batch may wait in its mailbox behind the one it
+// runs, so that it starts the next batch as soon as it finishes one instead of idling while its
+// answer reaches the batcher and the next batch is formed and sent (two thread wake-ups: the MLP's
+// replica was busy 84% of the time under 32-row calls, and served 27% fewer rows). Such a batch
+// still counts as enqueued (TF Serving's max_enqueued_batches counts closed batches that no thread
+// has taken), and it is sent only once a batch's run time is known, so that requests whose deadline
+// it would miss are refused first. A partial batch goes only to an idle replica: it keeps growing
+// while the replicas are busy.
+struct replica_slot {
+  caf::actor actor;
+  int batches = 0;              // sent and not answered yet
+  std::size_t waiting_rows = 0;  // of the batch in its mailbox behind the running one
+  int64_t free_at_ns = 0;       // when it answered its last batch: the next one ran from then at the earliest
+};
+constexpr int max_batches_per_replica = 2;
+
 struct batcher_state {
   batching_options options;
   std::vector<graph::tensor_spec> specs;
   std::shared_ptr<shared_counters> counters;
   std::deque<waiting_request> queue;
   std::size_t queued_rows = 0;
-  std::vector<caf::actor> idle;
+  std::size_t pipelined_rows = 0;  // in batches waiting in a replica's mailbox (replica_slot)
+  std::vector<replica_slot> replicas;
   // Batches being run, by id: their requests, answered when the replica replies.
   std::map<uint64_t, std::vector<waiting_request>> running;
   uint64_t next_batch = 0;
@@ -154,7 +172,9 @@ error check_request(const batcher_state& st, const std::vector<tensor>& inputs, 
 }
 
 // The queue's depth, for the front ends' admission check.
-void publish_depth(batcher_state& st) { st.counters->queued_rows.store(st.queued_rows, std::memory_order_relaxed); }
+void publish_depth(batcher_state& st) {
+  st.counters->queued_rows.store(st.queued_rows + st.pipelined_rows, std::memory_order_relaxed);
+}
 
 std::size_t padded_size(const batching_options& o, std::size_t rows) {
   if (!o.join_requests) return rows;
@@ -237,15 +257,20 @@ void answer_error(waiting_request& r, const error& e) { r.reply.deliver(e); }
 void try_dispatch(batcher_actor* self);
 
 // The replica's reply: each request gets its rows of every output.
-void finish_batch(batcher_actor* self, uint64_t id, caf::actor replica, expected<std::vector<tensor>> outputs,
-                  int64_t started_ns) {
+void finish_batch(batcher_actor* self, uint64_t id, std::size_t replica, expected<std::vector<tensor>> outputs,
+                  int64_t sent_ns) {
   auto& st = self->state;
   auto it = st.running.find(id);
   if (it == st.running.end()) return;
   auto requests = std::move(it->second);
   st.running.erase(it);
-  st.idle.push_back(std::move(replica));
-  const int64_t took = now_ns() - started_ns;
+  auto& slot = st.replicas[replica];
+  --slot.batches;
+  st.pipelined_rows -= slot.waiting_rows;  // the batch that waited behind this one runs now
+  slot.waiting_rows = 0;
+  const int64_t now = now_ns();
+  const int64_t took = now - std::max(sent_ns, slot.free_at_ns);  // a batch sent to a busy replica waited first
+  slot.free_at_ns = now;
   st.compute_ns = st.compute_ns == 0 ? took : (st.compute_ns * 7 + took) / 8;
   if (!outputs) {
     for (auto& r : requests) answer_error(r, outputs.error_value());
@@ -274,7 +299,7 @@ void finish_batch(batcher_actor* self, uint64_t id, caf::actor replica, expected
   try_dispatch(self);
 }
 
-void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::size_t rows) {
+void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::size_t rows, std::size_t replica) {
   auto& st = self->state;
   const std::size_t size = padded_size(st.options, rows);
   auto inputs = join(requests, st.specs.size(), rows, size);
@@ -283,8 +308,12 @@ void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::
     shared_counters::add(st.counters->failed, requests.size());
     return;
   }
-  caf::actor replica = std::move(st.idle.back());
-  st.idle.pop_back();
+  auto& slot = st.replicas[replica];
+  if (slot.batches++ > 0) {
+    slot.waiting_rows = rows;
+    st.pipelined_rows += rows;
+    shared_counters::add(st.counters->sent_ahead, 1);
+  }
   const uint64_t id = st.next_batch++;
   st.running.emplace(id, std::move(requests));
   auto& c = *st.counters;
@@ -293,22 +322,44 @@ void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::
   shared_counters::add(c.padded_rows, size - rows);
   shared_counters::add(c.batch_sizes[rows], 1);
   const int64_t started = now_ns();
-  self->request(replica, caf::infinite, run_batch_atom::value, std::move(*inputs))
+  self->request(slot.actor, caf::infinite, run_batch_atom::value, std::move(*inputs))
       .then([self, id, replica, started](std::vector<tensor>& out) { finish_batch(self, id, replica, std::move(out), started); },
             [self, id, replica, started](caf::error& err) { finish_batch(self, id, replica, from_caf_error(err), started); });
 }
 
-// Forms and starts batches while a replica is idle and a batch is due (full, or its oldest request
-// waited batch_timeout); otherwise arms the timer for the oldest request.
+// The replica for the next batch: an idle one, else (for a full batch, once a batch's run time is
+// known) one with room in its mailbox; -1 when none may take it.
+int pick_replica(const batcher_state& st, bool full) {
+  int best = -1;
+  for (std::size_t i = 0; i < st.replicas.size(); ++i) {
+    const int batches = st.replicas[i].batches;
+    if (batches == 0) return static_cast<int>(i);
+    if (full && st.compute_ns > 0 && batches < max_batches_per_replica && (best < 0 || batches < st.replicas[static_cast<std::size_t>(best)].batches))
+      best = static_cast<int>(i);
+  }
+  return best;
+}
+
+bool any_replica_idle(const batcher_state& st) {
+  return std::any_of(st.replicas.begin(), st.replicas.end(), [](const replica_slot& r) { return r.batches == 0; });
+}
+
+// Forms and starts batches while one is due (full, or its oldest request waited batch_timeout) and
+// a replica may take it (pick_replica); otherwise arms the timer for the oldest request.
 void try_dispatch(batcher_actor* self) {
   auto& st = self->state;
   const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(st.options.batch_timeout).count();
-  while (!st.idle.empty() && !st.queue.empty()) {
+  while (!st.queue.empty()) {
+    const bool full = !st.options.join_requests || st.queued_rows >= st.options.max_batch_size;
+    const int replica = pick_replica(st, full);
+    if (replica < 0) break;
     const int64_t now = now_ns();
-    // Requests whose deadline the next batch cannot meet are answered now, without running.
+    // Requests whose deadline the next batch cannot meet are answered now, without running: it
+    // ends one batch time from now, or two behind the batch its replica is running.
+    const int64_t ends = now + st.compute_ns * (1 + st.replicas[static_cast<std::size_t>(replica)].batches);
     std::size_t expired = 0;
     for (auto it = st.queue.begin(); it != st.queue.end();) {
-      if (it->deadline_ns != no_deadline && now + st.compute_ns > it->deadline_ns) {
+      if (it->deadline_ns != no_deadline && ends > it->deadline_ns) {
         answer_error(*it, make_error(errc::timeout, "the request's deadline passed before a batch could run it"));
         st.queued_rows -= static_cast<std::size_t>(it->rows);
         it = st.queue.erase(it);
@@ -317,9 +368,10 @@ void try_dispatch(batcher_actor* self) {
         ++it;
       }
     }
-    if (expired) shared_counters::add(st.counters->refused_deadline, expired);
-    if (st.queue.empty()) break;
-    const bool full = !st.options.join_requests || st.queued_rows >= st.options.max_batch_size;
+    if (expired) {
+      shared_counters::add(st.counters->refused_deadline, expired);
+      continue;  // the queue is shorter: whether a batch is full, and which replica takes it, may change
+    }
     const bool waited = now - st.queue.front().arrived_ns >= timeout_ns;
     if (!full && !waited) break;
     std::vector<waiting_request> batch;
@@ -332,10 +384,10 @@ void try_dispatch(batcher_actor* self) {
       st.queue.pop_front();
       if (!st.options.join_requests) break;
     }
-    run_batch(self, std::move(batch), rows);
+    run_batch(self, std::move(batch), rows, static_cast<std::size_t>(replica));
   }
   publish_depth(st);
-  if (!st.queue.empty() && !st.timer_armed && !st.idle.empty()) {
+  if (!st.queue.empty() && !st.timer_armed && any_replica_idle(st)) {
     const int64_t due = st.queue.front().arrived_ns + timeout_ns - now_ns();
     st.timer_armed = true;
     self->delayed_send(self, std::chrono::nanoseconds{std::max<int64_t>(due, 0)}, flush_atom::value);
@@ -367,9 +419,10 @@ void admit(batcher_actor* self, waiting_request r) {
     return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
   }
   const std::size_t capacity = s.options.max_enqueued_batches * s.options.max_batch_size;
-  if (s.queued_rows + static_cast<std::size_t>(r.rows) > capacity) {
+  if (s.queued_rows + s.pipelined_rows + static_cast<std::size_t>(r.rows) > capacity) {
     shared_counters::add(s.counters->refused_full, 1);
-    return answer_error(r, make_error(errc::resource_exhausted, "the batching queue is full (" + std::to_string(s.queued_rows) +
+    return answer_error(r, make_error(errc::resource_exhausted, "the batching queue is full (" +
+                                                                    std::to_string(s.queued_rows + s.pipelined_rows) +
                                                                     " rows waiting, at most " + std::to_string(capacity) + ")"));
   }
   s.queued_rows += static_cast<std::size_t>(r.rows);
@@ -382,7 +435,7 @@ caf::behavior batcher(batcher_actor* self, batching_options options, std::vector
   auto& st = self->state;
   st.options = std::move(options);
   st.specs = std::move(specs);
-  st.idle = std::move(replicas);
+  for (auto& r : replicas) st.replicas.push_back({std::move(r)});
   st.counters = std::move(counters);
   return {
       [self](predict_atom, std::vector<tensor>& inputs, int64_t deadline_ns) {
@@ -405,6 +458,7 @@ caf::behavior batcher(batcher_actor* self, batching_options options, std::vector
         s.queue.clear();
         s.running.clear();
         s.queued_rows = 0;
+        s.pipelined_rows = 0;
         publish_depth(s);
         self->quit();
       },

@@ -69,6 +69,7 @@ struct batching_stats {
   uint64_t refused_full = 0;       ///< resource_exhausted
   uint64_t refused_deadline = 0;   ///< timeout before running
   uint64_t failed = 0;             ///< the batch function's errors, per request
+  uint64_t sent_ahead = 0;         ///< full batches handed to a replica while it ran another
   std::vector<uint64_t> batch_sizes;  ///< [n]: batches of n real rows (size max_batch_size + 1)
 };
 

@@ -5,7 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -173,6 +175,69 @@ TEST_CASE("a full queue is refused at once, a deadline that passed is refused wi
   CHECK(s.refused_full == 1);
   CHECK(s.refused_deadline == 2);
   CHECK(s.rows == 2);  // the rows of requests 1 and 3 only
+}
+
+TEST_CASE("a full batch waits in a busy replica's mailbox, counted as enqueued, unless a deadline forbids", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto g = std::make_shared<gate>();
+  auto model = std::make_shared<doubling_model>();
+  model->work = 50ms;  // what the batcher learns a batch takes
+  auto held = std::make_shared<std::atomic<bool>>(false);
+  auto q = batching_queue::start(rt,
+                                 [g, model, held](const std::vector<tensor>& in) {
+                                   if (held->load()) g->wait();
+                                   return (*model)(in);
+                                 },
+                                 {.max_batch_size = 2, .batch_timeout = 0ms, .max_enqueued_batches = 2}, one_input);
+  REQUIRE(q);
+  REQUIRE(q->predict({row(0, 0)}));  // one batch run, so that its time is known
+  *held = true;
+  std::mutex mtx;
+  std::map<int, expected<std::vector<tensor>>> answers;
+  auto keep = [&](int id) {
+    return [&, id](expected<std::vector<tensor>> y) {
+      std::lock_guard<std::mutex> guard{mtx};
+      answers.emplace(id, std::move(y));
+    };
+  };
+  const tensor two_rows = tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  q->predict_async({row(1, 1)}, std::nullopt, keep(1));  // runs, and holds the only replica
+  g->wait_entered(1);
+  // A full batch that would end after its deadline (the running batch, then its own: ~100 ms) is
+  // refused without running; one with time to spare goes to the replica's mailbox.
+  q->predict_async({two_rows}, clock_type::now() + 60ms, keep(2));
+  q->predict_async({two_rows}, clock_type::now() + 10s, keep(3));
+  for (int i = 0; i < 2000 && q->stats().sent_ahead < 1; ++i) std::this_thread::sleep_for(1ms);
+  CHECK(q->stats().sent_ahead == 1);
+  CHECK(q->stats().refused_deadline == 1);
+  CHECK(q->queued_rows() == 2);  // the batch in the mailbox is still enqueued
+  // A partial batch stays with the batcher; the next full one finds no room (one waits already).
+  q->predict_async({row(4, 4)}, std::nullopt, keep(4));
+  q->predict_async({row(5, 5)}, std::nullopt, keep(5));
+  for (int i = 0; i < 2000 && q->queued_rows() < 4; ++i) std::this_thread::sleep_for(1ms);
+  CHECK(q->queued_rows() == 4);
+  CHECK(q->stats().sent_ahead == 1);
+  auto refused = q->predict({row(6, 6)});
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error_value().code == errc::resource_exhausted);
+
+  g->release();
+  for (int i = 0; i < 5000; ++i) {
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (answers.size() == 5) break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  std::lock_guard<std::mutex> guard{mtx};
+  REQUIRE(answers.size() == 5);
+  CHECK(answers.at(2).error_value().code == errc::timeout);
+  CHECK(answers.at(3).value().front().to_vector<float>() == std::vector<float>{2, 4, 6, 8});
+  CHECK(answers.at(1).value().front().to_vector<float>() == std::vector<float>{2, 2});
+  CHECK(answers.at(4).value().front().to_vector<float>() == std::vector<float>{8, 8});
+  CHECK(answers.at(5).value().front().to_vector<float>() == std::vector<float>{10, 10});
+  std::lock_guard<std::mutex> rows_guard{model->mtx};
+  CHECK(model->batch_rows == std::vector<int64_t>{1, 1, 2, 2});  // warm-up, 1, 3, then 4 and 5 joined
 }
 
 TEST_CASE("bad requests and a failing model are named, and shutting down answers what waits", "[batching]") {
