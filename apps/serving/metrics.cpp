@@ -121,6 +121,11 @@ std::string serving_metrics::prometheus_text() const {
     out += "actorflow_serving_refused_count{" + l + ",reason=\"queue_full\"} " + std::to_string(q.stats.refused_full) + "\n";
     out += "actorflow_serving_refused_count{" + l + ",reason=\"deadline\"} " + std::to_string(q.stats.refused_deadline) + "\n";
   }
+  out += "# HELP actorflow_serving_batches_sent_ahead_count Full batches handed to a replica while it ran another.\n";
+  out += "# TYPE actorflow_serving_batches_sent_ahead_count counter\n";
+  for (const auto& q : queues)
+    out += "actorflow_serving_batches_sent_ahead_count{" + labels(q.model, q.version, q.signature) + "} " +
+           std::to_string(q.stats.sent_ahead) + "\n";
   out += "# HELP actorflow_serving_batch_size Real rows per batch run (padding excluded).\n";
   out += "# TYPE actorflow_serving_batch_size histogram\n";
   for (const auto& q : queues) {

@@ -284,6 +284,9 @@ TEST_CASE("a full queue refuses a request before it is decoded, and the refusal 
   // Counted where the batcher counts its own refusals, and as answered requests.
   CHECK(metrics->series("m", 1, "serving_default", "resource_exhausted").count.load() >= refusals);
   CHECK(metrics->queues().front().stats.refused_full >= refusals);
+  const std::string text = metrics->prometheus_text();
+  CHECK_THAT(text, Catch::Contains(R"(actorflow_serving_refused_count{model="m",version="1",signature="serving_default",reason="queue_full"})"));
+  CHECK_THAT(text, Catch::Contains(R"(actorflow_serving_batches_sent_ahead_count{model="m",version="1",signature="serving_default"})"));
   // Once the clients are gone the queue drains and takes requests again.
   for (int i = 0; i < 200 && !(*server)->admit(spec); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK((*server)->admit(spec));
