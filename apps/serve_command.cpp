@@ -43,7 +43,7 @@ int usage(FILE* out) {
                "usage: actorflow serve --model_name=NAME --model_base_path=DIR | --model_config_file=FILE\n"
                "         [--rest_api_port=8501] [--port=8500] [--actor_port=8502] [--bind_address=127.0.0.1]\n"
                "         [--enable_batching [--batching_parameters_file=FILE]] [--file_system_poll_wait_seconds=1]\n"
-               "         [--rest_api_num_threads=2] [--rest_api_timeout_in_ms=30000] [--grpc_num_threads=2]\n"
+               "         [--rest_api_num_threads=0 (a thread per core)] [--rest_api_timeout_in_ms=30000] [--grpc_num_threads=0]\n"
                "         [--bearer_token=TOKEN] [--max_body_bytes=67108864] [--tensorflow_intra_op_parallelism=0]\n"
                "  a port of -1 picks a free one; 0 turns that front end off\n");
   return out == stderr ? 2 : 0;
@@ -171,8 +171,10 @@ int run_serve(int argc, char** argv) {
   const auto rest_port = integer_flag("rest_api_port", 0, -1);
   const auto grpc_port = integer_flag("port", 8500, -1);
   const auto actor_port = integer_flag("actor_port", 0, -1);
-  const auto rest_threads = integer_flag("rest_api_num_threads", 2, 1);
-  const auto grpc_threads = integer_flag("grpc_num_threads", 2, 1);
+  // 0, the default: one per core, as TF Serving sizes its REST threads by the CPUs it sees (a fixed
+  // two left most of a larger machine to the kernels alone).
+  const auto rest_threads = integer_flag("rest_api_num_threads", 0, 0);
+  const auto grpc_threads = integer_flag("grpc_num_threads", 0, 0);
   const auto rest_timeout = integer_flag("rest_api_timeout_in_ms", 30000, 0);
   const auto body_limit = integer_flag("max_body_bytes", 64 << 20, 1);
   // As in TF Serving: threads one op of a model call may split its work over; 0 takes every core.
@@ -197,6 +199,8 @@ int run_serve(int argc, char** argv) {
   runtime_config.idle_polls = 1;
   runtime rt{runtime_config};
   std::printf("serving: a model call's kernels use up to %d threads\n", thread_budget());
+  const auto per_core = [](int64_t n) { return n > 0 ? static_cast<std::size_t>(std::min<int64_t>(n, 1024)) : std::size_t{std::max(1u, std::thread::hardware_concurrency())}; };
+  const std::size_t rest_thread_count = per_core(*rest_threads), grpc_thread_count = per_core(*grpc_threads);
   auto metrics = std::make_shared<serving::serving_metrics>();
   auto server = serving::model_server::start(rt, models, options, metrics);
   if (!server) return fail(server.error_value().message);
@@ -212,7 +216,7 @@ int run_serve(int argc, char** argv) {
   if (*rest_port != 0) {
     serving::http_options http{.address = address,
                                .port = static_cast<uint16_t>(*rest_port < 0 ? 0 : *rest_port),
-                               .threads = static_cast<std::size_t>(*rest_threads),
+                               .threads = rest_thread_count,
                                .max_body_bytes = static_cast<std::size_t>(*body_limit),
                                .request_timeout = std::chrono::milliseconds(*rest_timeout),
                                .bearer_token = flag("bearer_token")};
@@ -224,7 +228,7 @@ int run_serve(int argc, char** argv) {
   if (*grpc_port != 0) {
     const std::string where = address + ":" + std::to_string(*grpc_port < 0 ? 0 : *grpc_port);
     auto started = serving::grpc_server::start(**server, where,
-                                               {.threads = static_cast<std::size_t>(*grpc_threads),
+                                               {.threads = grpc_thread_count,
                                                 .max_message_bytes = static_cast<std::size_t>(*body_limit)});
     if (!started) return fail(started.error_value().message);
     grpc = std::move(*started);
@@ -235,6 +239,7 @@ int run_serve(int argc, char** argv) {
     if (!started) return fail(started.error_value().message);
     actors = std::move(*started);
   }
+  std::printf("serving: front-end threads: REST %zu, gRPC %zu\n", rest ? rest_thread_count : 0, grpc ? grpc_thread_count : 0);
   std::printf("serving: ready rest=%d grpc=%d actor=%d\n", rest ? rest->port() : 0, grpc ? grpc->port() : 0,
               actors ? actors->port() : 0);
   std::fflush(stdout);

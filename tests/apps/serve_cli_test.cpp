@@ -4,9 +4,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <regex>
+#include <thread>
 
 #include "../support/scratch_dir.hpp"
 #include "../support/skip.hpp"
@@ -67,6 +69,9 @@ TEST_CASE("actorflow serve starts on TF Serving's flags and stops cleanly on SIG
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("serving: model 'dense': 1 AVAILABLE") && Contains("SIGTERM, stopping"));
   CHECK_THAT(r.out, Contains("kernels use up to 1 threads"));
+  // The front ends take a thread per core unless told otherwise.
+  const std::string cores = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+  CHECK_THAT(r.out, Contains("front-end threads: REST " + cores + ", gRPC " + cores));
 }
 
 TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them", "[cli][serve]") {
@@ -85,6 +90,7 @@ TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them"
   CHECK_THAT(refused({base, "--no_such_flag=1"}), Contains("unknown flag --no_such_flag"));
   CHECK_THAT(refused({base, "--rest_api_port=http"}), Contains("--rest_api_port must be an integer"));
   CHECK_THAT(refused({base, "--tensorflow_intra_op_parallelism=-2"}), Contains("--tensorflow_intra_op_parallelism must be an integer >= 0"));
+  CHECK_THAT(refused({base, "--rest_api_num_threads=-1"}), Contains("--rest_api_num_threads must be an integer >= 0"));
   CHECK_THAT(refused({"--model_base_path=" + (cwd.path / "absent").string()}), Contains("absent"));
   CHECK_THAT(refused({base, "--batching_parameters_file=b.txt"}), Contains("--enable_batching"));
   {
