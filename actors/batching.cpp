@@ -334,8 +334,8 @@ int pick_replica(const batcher_state& st, bool full) {
   for (std::size_t i = 0; i < st.replicas.size(); ++i) {
     const int batches = st.replicas[i].batches;
     if (batches == 0) return static_cast<int>(i);
-    if (full && st.compute_ns > 0 && batches < max_batches_per_replica && (best < 0 || batches < st.replicas[static_cast<std::size_t>(best)].batches))
-      best = static_cast<int>(i);
+    const bool has_room = full && st.compute_ns > 0 && batches < max_batches_per_replica;
+    if (has_room && (best < 0 || batches < st.replicas[static_cast<std::size_t>(best)].batches)) best = static_cast<int>(i);
   }
   return best;
 }

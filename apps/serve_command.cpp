@@ -199,7 +199,9 @@ int run_serve(int argc, char** argv) {
   runtime_config.idle_polls = 1;
   runtime rt{runtime_config};
   std::printf("serving: a model call's kernels use up to %d threads\n", thread_budget());
-  const auto per_core = [](int64_t n) { return n > 0 ? static_cast<std::size_t>(std::min<int64_t>(n, 1024)) : std::size_t{std::max(1u, std::thread::hardware_concurrency())}; };
+  const auto per_core = [](int64_t n) {
+    return n > 0 ? static_cast<std::size_t>(std::min<int64_t>(n, 1024)) : std::size_t{std::max(1u, std::thread::hardware_concurrency())};
+  };
   const std::size_t rest_thread_count = per_core(*rest_threads), grpc_thread_count = per_core(*grpc_threads);
   auto metrics = std::make_shared<serving::serving_metrics>();
   auto server = serving::model_server::start(rt, models, options, metrics);

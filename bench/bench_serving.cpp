@@ -122,6 +122,9 @@ double offline_batch_seconds(saved_model::loaded_model& loaded, const shape& row
 }
 
 int replica_nice = 5;  // as `actorflow serve` runs its replicas
+
+// As `actorflow serve` sizes its REST and gRPC front ends by default: a thread per core.
+std::size_t front_end_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 int offline_threads = 2;
 
 struct served {
@@ -144,14 +147,14 @@ struct served {
     models = serving::model_server::start(r, {{.name = "m", .base_path = base}}, o, metrics).value();
     serving::http_options h;
     h.port = 0;
-    h.threads = 2;
+    h.threads = front_end_threads();
     rest = serving::http_server::start(*models, metrics, h).value();
   }
 
   // Closed-loop Predict calls over gRPC, `rows` rows each: rows per second answered. The gRPC
   // front end starts on the first call, so the phases that measure REST alone run without it.
   double grpc_rows_per_s(const shape& row_dims, int64_t rows, std::size_t in_flight, std::chrono::milliseconds span) {
-    if (!grpc) grpc = serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = 2}).value();  // as `serve` passes
+    if (!grpc) grpc = serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = front_end_threads()}).value();
     shape dims{rows};
     for (int64_t d : row_dims) dims.push_back(d);
     const std::string input = models->find_signature({.name = "m"}).value()->inputs.front().name;
