@@ -165,8 +165,6 @@ int run_serve(int argc, char** argv) {
     if (!params) return fail(params.error_value().message);
     options.batching = std::move(*params);
   }
-  // The model's threads yield to the front ends' when the CPU is short (actors/batching.hpp).
-  options.batching.replica_nice = 5;
   const auto poll = integer_flag("file_system_poll_wait_seconds", 1, 0);
   const auto rest_port = integer_flag("rest_api_port", 0, -1);
   const auto grpc_port = integer_flag("port", 8500, -1);

@@ -17,7 +17,7 @@
 // process: the server's RSS drift (after and peak) and how fast the excess is answered 429.
 // --quick shortens every phase (the overload to 3 s instead of 30 s).
 //
-//   build/bench/bench_serving [--quick] [--no-peer] [--no-nice | --replica-nice N] [--kernel-threads-all]
+//   build/bench/bench_serving [--quick] [--no-peer] [--replica-nice N] [--kernel-threads-all]
 //                             [--idle-polls N]
 
 #include <fcntl.h>
@@ -122,7 +122,7 @@ double offline_batch_seconds(saved_model::loaded_model& loaded, const shape& row
   return bench::median(times);
 }
 
-int replica_nice = 5;  // as `actorflow serve` runs its replicas
+int replica_nice = 0;  // as `actorflow serve` runs its replicas
 
 // As `actorflow serve` sizes its REST and gRPC front ends by default: a thread per core.
 std::size_t front_end_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
@@ -417,10 +417,9 @@ bool measure_ray(const std::string& weights_dir, const std::string& body, const 
 
 int main(int argc, char** argv) {
   bench::check_flags(argc, argv,
-                     "bench_serving [--quick] [--no-peer] [--no-nice | --replica-nice N] [--kernel-threads-all] [--idle-polls N]",
-                     {"--quick", "--no-peer", "--no-nice", "--kernel-threads-all"}, {"--replica-nice", "--idle-polls"});
+                     "bench_serving [--quick] [--no-peer] [--replica-nice N] [--kernel-threads-all] [--idle-polls N]",
+                     {"--quick", "--no-peer", "--kernel-threads-all"}, {"--replica-nice", "--idle-polls"});
   const bool quick = bench::has_flag(argc, argv, "--quick");
-  if (bench::has_flag(argc, argv, "--no-nice")) replica_nice = 0;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string{argv[i]} == "--replica-nice") replica_nice = std::atoi(argv[i + 1]);
   const phase_lengths len = quick ? phase_lengths{1500ms, 2000ms, 3000ms, 500ms} : phase_lengths{4000ms, 6000ms, 30000ms, 2000ms};

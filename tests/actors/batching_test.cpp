@@ -11,8 +11,12 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "actors/batching.hpp"
 #include "actors/runtime.hpp"
+#include "../support/skip.hpp"
 
 using namespace af;
 using namespace std::chrono_literals;
@@ -303,6 +307,25 @@ TEST_CASE("with joining off every request runs as its own batch, unpadded", "[ba
   CHECK(clock_type::now() - started < 100ms);
   std::lock_guard<std::mutex> guard{model->mtx};
   CHECK(model->batch_rows == std::vector<int64_t>(5, 1));
+}
+
+TEST_CASE("replica_nice lowers the priority of the replicas' threads only", "[batching]") {
+  const int before = getpriority(PRIO_PROCESS, 0);
+  if (before > 7) AF_SKIP("this process already runs at niceness " << before);
+  runtime rt{{.scheduler_threads = 2}};
+  std::atomic<int> seen{-100};
+  batching_options o;
+  o.max_batch_size = 4;
+  o.batch_timeout = 1ms;
+  o.replica_nice = 7;
+  auto q = batching_queue::start(rt, [&seen](const std::vector<tensor>& in) {
+    seen = getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+    return expected<std::vector<tensor>>{std::vector<tensor>{in[0]}};
+  }, o, one_input);
+  REQUIRE(q);
+  REQUIRE(q->predict({row(1, 2)}));
+  CHECK(seen.load() == 7);
+  CHECK(getpriority(PRIO_PROCESS, 0) == before);  // the caller's thread, and the process, keep theirs
 }
 
 TEST_CASE("requests of different lengths share a batch only when padding is on", "[batching]") {
