@@ -3,7 +3,6 @@
 
 #include "actors/batching.hpp"
 
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
@@ -19,6 +18,7 @@
 #include <limits>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "actors/caf_error.hpp"
@@ -26,34 +26,13 @@
 #include "actors/runtime.hpp"
 #include "ops/array_ops.hpp"
 
-namespace af::serving::detail {
-// predict_async's continuation, carried in the batcher's message (in-process only). The batcher
-// takes the callback out; a message dropped unread (the batcher gone) calls it with cancelled
-// when its last copy dies, so that no caller waits for ever.
-struct async_reply {
-  using callback = std::function<void(expected<std::vector<tensor>>)>;
-  struct state {
-    callback done;
-    ~state() {
-      if (done) done(make_error(errc::cancelled, "the batching queue was shut down"));
-    }
-  };
-  std::shared_ptr<state> once;
-
-  callback take() { return once ? std::exchange(once->done, nullptr) : nullptr; }
-};
-}  // namespace af::serving::detail
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(af::serving::detail::async_reply)
-
 namespace af::serving {
 
 namespace {
 
-using detail::async_reply;
 using predict_atom = caf::atom_constant<caf::atom("af_pred")>;
 using run_batch_atom = caf::atom_constant<caf::atom("af_runbat")>;
-using submit_atom = caf::atom_constant<caf::atom("af_submit")>;
+using look_atom = caf::atom_constant<caf::atom("af_look")>;
 using flush_atom = caf::atom_constant<caf::atom("af_flush")>;
 using stop_atom = caf::atom_constant<caf::atom("af_stop")>;
 
@@ -65,9 +44,11 @@ int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(c
 // queued_rows() on every request: no lock on that path).
 struct shared_counters {
   explicit shared_counters(std::size_t max_batch_size) : batch_sizes(max_batch_size + 1) {}
-  std::atomic<uint64_t> requests{0}, batches{0}, rows{0}, padded_rows{0}, refused_full{0}, refused_deadline{0}, failed{0}, sent_ahead{0};
+  std::atomic<uint64_t> requests{0}, batches{0}, rows{0}, padded_rows{0}, refused_full{0}, refused_deadline{0}, failed{0}, sent_ahead{0},
+      wakeups{0};
   std::vector<std::atomic<uint64_t>> batch_sizes;
-  std::atomic<std::size_t> queued_rows{0};
+  std::atomic<std::size_t> queued_rows{0};  // in the batcher's queue and in replicas' mailboxes
+  std::atomic<std::size_t> intake_rows{0};  // handed over, not yet taken by the batcher (intake)
 
   static void add(std::atomic<uint64_t>& counter, uint64_t n) { counter.fetch_add(n, std::memory_order_relaxed); }
   batching_stats snapshot() const {
@@ -80,6 +61,7 @@ struct shared_counters {
     s.refused_deadline = refused_deadline.load(std::memory_order_relaxed);
     s.failed = failed.load(std::memory_order_relaxed);
     s.sent_ahead = sent_ahead.load(std::memory_order_relaxed);
+    s.wakeups = wakeups.load(std::memory_order_relaxed);
     for (const auto& n : batch_sizes) s.batch_sizes.push_back(n.load(std::memory_order_relaxed));
     return s;
   }
@@ -109,6 +91,29 @@ struct waiting_request {
   reply_channel reply;
 };
 
+// Where predict_async leaves its requests. A message per request woke a sleeping scheduler thread
+// per request: at half the MLP's saturation the HTTP threads spent 3% of the CPU in that wake-up
+// alone, and the switches it caused stretched the batches beside them. The batcher takes every
+// request here whenever it runs for any reason (its timer, a replica's answer), and a caller
+// sends it a message only when nothing else would make it look soon: the first request while it
+// has neither a timer armed nor a batch running, or the request that makes a batch full (every
+// request when joining is off) while a replica may take it. About two messages per batch instead
+// of one per row.
+struct intake {
+  intake(const batching_options& o, std::vector<graph::tensor_spec> s) : options(o), specs(std::move(s)) {}
+  const batching_options options;
+  const std::vector<graph::tensor_spec> specs;
+
+  std::mutex mtx;
+  std::vector<waiting_request> items;
+  std::size_t rows = 0;            // of `items`
+  std::size_t queue_rows = 0;      // in the batcher's queue when it last looked
+  bool batcher_will_look = false;  // its timer is armed or a replica owes it an answer
+  bool replica_free = true;        // a replica may take a full batch now (else its answer is awaited)
+  bool wake_sent = false;          // since it last took the items
+  bool closed = false;             // the batcher stopped: requests are answered cancelled at once
+};
+
 // A replica and the batches sent to it. A full batch may wait in its mailbox behind the one it
 // runs, so that it starts the next batch as soon as it finishes one instead of idling while its
 // answer reaches the batcher and the next batch is formed and sent (two thread wake-ups: the MLP's
@@ -129,6 +134,8 @@ struct batcher_state {
   batching_options options;
   std::vector<graph::tensor_spec> specs;
   std::shared_ptr<shared_counters> counters;
+  std::shared_ptr<intake> in;
+  std::vector<waiting_request> arrived;  // swapped with the intake's, so that both keep their capacity
   std::deque<waiting_request> queue;
   std::size_t queued_rows = 0;
   std::size_t pipelined_rows = 0;  // in batches waiting in a replica's mailbox (replica_slot)
@@ -143,12 +150,12 @@ struct batcher_state {
 
 using batcher_actor = caf::stateful_actor<batcher_state>;
 
-error check_request(const batcher_state& st, const std::vector<tensor>& inputs, int64_t& rows) {
-  if (inputs.size() != st.specs.size())
-    return make_error(errc::invalid_argument, "the signature takes " + std::to_string(st.specs.size()) + " inputs, the request has " +
+error check_request(const intake& in, const std::vector<tensor>& inputs, int64_t& rows) {
+  if (inputs.size() != in.specs.size())
+    return make_error(errc::invalid_argument, "the signature takes " + std::to_string(in.specs.size()) + " inputs, the request has " +
                                                   std::to_string(inputs.size()));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const auto& spec = st.specs[i];
+    const auto& spec = in.specs[i];
     const tensor& t = inputs[i];
     const std::string where = "input '" + spec.name + "'";
     if (!t.defined() || t.type() != spec.type.type || static_cast<std::size_t>(t.ndim()) != spec.type.dims.size() ||
@@ -165,9 +172,9 @@ error check_request(const batcher_state& st, const std::vector<tensor>& inputs, 
                                                     std::to_string(rows));
   }
   if (rows < 1) return make_error(errc::invalid_argument, "a request without rows");
-  if (static_cast<std::size_t>(rows) > st.options.max_batch_size)
+  if (static_cast<std::size_t>(rows) > in.options.max_batch_size)
     return make_error(errc::invalid_argument, std::to_string(rows) + " rows exceed max_batch_size " +
-                                                  std::to_string(st.options.max_batch_size));
+                                                  std::to_string(in.options.max_batch_size));
   return {};
 }
 
@@ -254,7 +261,7 @@ expected<std::vector<tensor>> join(const std::vector<waiting_request>& requests,
 
 void answer_error(waiting_request& r, const error& e) { r.reply.deliver(e); }
 
-void try_dispatch(batcher_actor* self);
+void look(batcher_actor* self);
 
 // The replica's reply: each request gets its rows of every output.
 void finish_batch(batcher_actor* self, uint64_t id, std::size_t replica, expected<std::vector<tensor>> outputs,
@@ -296,7 +303,7 @@ void finish_batch(batcher_actor* self, uint64_t id, std::size_t replica, expecte
     }
     shared_counters::add(st.counters->requests, requests.size());
   }
-  try_dispatch(self);
+  look(self);
 }
 
 void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::size_t rows, std::size_t replica) {
@@ -409,11 +416,18 @@ caf::behavior replica(caf::event_based_actor*, batch_function run, int nice) {
   }};
 }
 
-// A new request: refused at once (bad inputs, shutting down, deadline passed, queue full) or queued.
-void admit(batcher_actor* self, waiting_request r) {
+error queue_full(std::size_t waiting, std::size_t capacity) {
+  return make_error(errc::resource_exhausted, "the batching queue is full (" + std::to_string(waiting) + " rows waiting, at most " +
+                                                  std::to_string(capacity) + ")");
+}
+
+// A new request into the queue, or refused at once: bad inputs, shutting down, deadline passed,
+// queue full. Its rows are known when it came through the intake (checked there).
+void enqueue(batcher_actor* self, waiting_request r) {
   auto& s = self->state;
   if (s.stopping) return answer_error(r, make_error(errc::cancelled, "the batching queue is shutting down"));
-  if (auto bad = check_request(s, r.inputs, r.rows)) return answer_error(r, bad);
+  if (r.rows == 0)
+    if (auto bad = check_request(*s.in, r.inputs, r.rows)) return answer_error(r, bad);
   if (r.deadline_ns != no_deadline && r.arrived_ns >= r.deadline_ns) {
     shared_counters::add(s.counters->refused_deadline, 1);
     return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
@@ -421,36 +435,92 @@ void admit(batcher_actor* self, waiting_request r) {
   const std::size_t capacity = s.options.max_enqueued_batches * s.options.max_batch_size;
   if (s.queued_rows + s.pipelined_rows + static_cast<std::size_t>(r.rows) > capacity) {
     shared_counters::add(s.counters->refused_full, 1);
-    return answer_error(r, make_error(errc::resource_exhausted, "the batching queue is full (" +
-                                                                    std::to_string(s.queued_rows + s.pipelined_rows) +
-                                                                    " rows waiting, at most " + std::to_string(capacity) + ")"));
+    return answer_error(r, queue_full(s.queued_rows + s.pipelined_rows, capacity));
   }
   s.queued_rows += static_cast<std::size_t>(r.rows);
   s.queue.push_back(std::move(r));
-  try_dispatch(self);
 }
 
-caf::behavior batcher(batcher_actor* self, batching_options options, std::vector<graph::tensor_spec> specs,
-                      std::vector<caf::actor> replicas, std::shared_ptr<shared_counters> counters) {
+// Whether the batcher runs again without being sent anything: its timer is armed, or a replica
+// owes it an answer.
+bool will_look(const batcher_state& st) {
+  return st.timer_armed || std::any_of(st.replicas.begin(), st.replicas.end(), [](const replica_slot& r) { return r.batches > 0; });
+}
+
+// Queues what waits in the intake, in the order it arrived.
+void take_intake(batcher_actor* self) {
   auto& st = self->state;
-  st.options = std::move(options);
-  st.specs = std::move(specs);
+  {
+    std::lock_guard<std::mutex> guard{st.in->mtx};
+    st.arrived.swap(st.in->items);
+    st.in->rows = 0;
+    st.in->wake_sent = false;
+    st.counters->intake_rows.store(0, std::memory_order_relaxed);
+  }
+  for (auto& r : st.arrived) enqueue(self, std::move(r));
+  st.arrived.clear();
+}
+
+// Every activation of the batcher ends here: it takes what waits in the intake, forms and starts
+// the batches that are due, and again while more arrived meanwhile; then it tells the intake how
+// full its queue is and whether it will look again by itself (under the intake's lock, so that a
+// caller who finds it will not is sure to wake it).
+void look(batcher_actor* self) {
+  auto& st = self->state;
+  for (;;) {
+    take_intake(self);
+    try_dispatch(self);
+    std::lock_guard<std::mutex> guard{st.in->mtx};
+    if (st.in->items.empty()) {
+      st.in->queue_rows = st.queued_rows;
+      st.in->batcher_will_look = will_look(st);
+      st.in->replica_free = pick_replica(st, true) >= 0;
+      return;
+    }
+  }
+}
+
+// Stops taking requests: those in the intake, and any handed over later, are answered cancelled.
+void close_intake(intake& in) {
+  std::vector<waiting_request> dropped;
+  {
+    std::lock_guard<std::mutex> guard{in.mtx};
+    in.closed = true;
+    dropped.swap(in.items);
+    in.rows = 0;
+  }
+  const error cancelled = make_error(errc::cancelled, "the batching queue was shut down");
+  for (auto& r : dropped) answer_error(r, cancelled);
+}
+
+caf::behavior batcher(batcher_actor* self, std::vector<caf::actor> replicas, std::shared_ptr<shared_counters> counters,
+                      std::shared_ptr<intake> in) {
+  auto& st = self->state;
+  st.options = in->options;
+  st.specs = in->specs;
   for (auto& r : replicas) st.replicas.push_back({std::move(r)});
   st.counters = std::move(counters);
+  st.in = in;
+  // However the batcher ends, no request is left in the intake unanswered.
+  self->attach_functor([in](const caf::error&) { close_intake(*in); });
   return {
       [self](predict_atom, std::vector<tensor>& inputs, int64_t deadline_ns) {
-        admit(self, {std::move(inputs), 0, deadline_ns, now_ns(), {self->make_response_promise(), {}}});
+        take_intake(self);  // those came first
+        enqueue(self, {std::move(inputs), 0, deadline_ns, now_ns(), {self->make_response_promise(), {}}});
+        look(self);
       },
-      [self](submit_atom, std::vector<tensor>& inputs, int64_t deadline_ns, async_reply& reply) {
-        admit(self, {std::move(inputs), 0, deadline_ns, now_ns(), {{}, reply.take()}});
+      [self](look_atom) {
+        shared_counters::add(self->state.counters->wakeups, 1);
+        look(self);
       },
       [self](flush_atom) {
         self->state.timer_armed = false;
-        try_dispatch(self);
+        look(self);
       },
       [self](stop_atom) {
         auto& s = self->state;
         s.stopping = true;
+        close_intake(*s.in);
         const error cancelled = make_error(errc::cancelled, "the batching queue was shut down");
         for (auto& r : s.queue) answer_error(r, cancelled);
         for (auto& [id, requests] : s.running)
@@ -472,6 +542,7 @@ struct batching_queue::impl {
   caf::actor batcher;
   std::vector<caf::actor> replicas;
   std::shared_ptr<shared_counters> counters;
+  std::shared_ptr<intake> in;
   std::size_t capacity_rows = 0;
 
   // The replicas may be running the batch function, which refers to the caller's model: wait
@@ -502,9 +573,10 @@ expected<batching_queue> batching_queue::start(runtime& rt, batch_function run, 
   state->sys = &rt.system();
   state->counters = std::make_shared<shared_counters>(options.max_batch_size);
   state->capacity_rows = options.max_enqueued_batches * options.max_batch_size;
+  state->in = std::make_shared<intake>(options, std::move(inputs));
   for (std::size_t i = 0; i < options.num_batch_threads; ++i)
     state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run, options.replica_nice));
-  state->batcher = state->sys->spawn(batcher, std::move(options), std::move(inputs), state->replicas, state->counters);
+  state->batcher = state->sys->spawn(batcher, state->replicas, state->counters, state->in);
   return batching_queue{std::move(state)};
 }
 
@@ -518,10 +590,37 @@ void batching_queue::predict_async(std::vector<tensor> inputs, std::optional<clo
                                    std::function<void(expected<std::vector<tensor>>)> done) const {
   const int64_t deadline_ns = deadline ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch()).count()
                                        : no_deadline;
-  // One message to the batcher, which calls `done` itself: no actor per request.
-  auto reply = std::make_shared<async_reply::state>();
-  reply->done = std::move(done);
-  caf::anon_send(impl_->batcher, submit_atom::value, std::move(inputs), deadline_ns, async_reply{std::move(reply)});
+  auto& in = *impl_->in;
+  auto& counters = *impl_->counters;
+  waiting_request r{std::move(inputs), 0, deadline_ns, now_ns(), {{}, std::move(done)}};
+  // What can be refused without the batcher is refused here, on the caller's thread.
+  if (auto bad = check_request(in, r.inputs, r.rows)) return answer_error(r, bad);
+  if (r.deadline_ns != no_deadline && r.arrived_ns >= r.deadline_ns) {
+    shared_counters::add(counters.refused_deadline, 1);
+    return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
+  }
+  bool wake = false;
+  {
+    std::unique_lock<std::mutex> lock{in.mtx};
+    if (in.closed) {
+      lock.unlock();
+      return answer_error(r, make_error(errc::cancelled, "the batching queue was shut down"));
+    }
+    const std::size_t waiting = counters.queued_rows.load(std::memory_order_relaxed) + in.rows;
+    if (waiting + static_cast<std::size_t>(r.rows) > impl_->capacity_rows) {
+      lock.unlock();
+      shared_counters::add(counters.refused_full, 1);
+      return answer_error(r, queue_full(waiting, impl_->capacity_rows));
+    }
+    const bool first = in.items.empty();
+    in.rows += static_cast<std::size_t>(r.rows);
+    in.items.push_back(std::move(r));
+    counters.intake_rows.store(in.rows, std::memory_order_relaxed);
+    const bool batch_full = !in.options.join_requests || in.queue_rows + in.rows >= in.options.max_batch_size;
+    wake = !in.wake_sent && ((first && !in.batcher_will_look) || (batch_full && in.replica_free));
+    in.wake_sent = in.wake_sent || wake;
+  }
+  if (wake) caf::anon_send(impl_->batcher, look_atom::value);
 }
 
 expected<std::vector<tensor>> batching_queue::predict(std::vector<tensor> inputs,
@@ -542,7 +641,7 @@ batching_stats batching_queue::stats() const {
 std::size_t batching_queue::capacity_rows() const { return impl_->capacity_rows; }
 
 std::size_t batching_queue::queued_rows() const {
-  return impl_->counters->queued_rows.load(std::memory_order_relaxed);
+  return impl_->counters->queued_rows.load(std::memory_order_relaxed) + impl_->counters->intake_rows.load(std::memory_order_relaxed);
 }
 
 bool batching_queue::refuse_if_full() const {

@@ -72,6 +72,7 @@ struct batching_stats {
   uint64_t refused_deadline = 0;   ///< timeout before running
   uint64_t failed = 0;             ///< the batch function's errors, per request
   uint64_t sent_ahead = 0;         ///< full batches handed to a replica while it ran another
+  uint64_t wakeups = 0;            ///< messages predict_async sent the batcher (it found the other requests waiting)
   std::vector<uint64_t> batch_sizes;  ///< [n]: batches of n real rows (size max_batch_size + 1)
 };
 
@@ -95,9 +96,11 @@ class batching_queue {
   /// the batch function's error. Blocks the calling thread; callable from many threads at once.
   expected<std::vector<tensor>> predict(std::vector<tensor> inputs,
                                         std::optional<clock_type::time_point> deadline = std::nullopt) const;
-  /// The same without blocking: one message to the batcher, no actor per request. `done` is called
-  /// once with the answer, on the batcher's thread (keep it short: hand heavy work elsewhere), or
-  /// with cancelled on whatever thread drops the request when the queue is gone.
+  /// The same without blocking, and without a message or an actor per request: the request waits
+  /// in the batcher's intake, and the batcher is woken only when it would not look soon by itself.
+  /// `done` is called once: on the batcher's thread with the answer (keep it short: hand heavy
+  /// work elsewhere), or at once on the calling thread when the request is refused before it is
+  /// queued (bad inputs, queue full, deadline passed, queue shut down).
   void predict_async(std::vector<tensor> inputs, std::optional<clock_type::time_point> deadline,
                      std::function<void(expected<std::vector<tensor>>)> done) const;
 

@@ -100,6 +100,53 @@ TEST_CASE("concurrent single-row requests are batched and each gets its own rows
   CHECK(*std::max_element(model->batch_rows.begin(), model->batch_rows.end()) <= 8);
 }
 
+TEST_CASE("predict_async wakes the batcher about once a batch, and refuses on the caller's thread", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto model = std::make_shared<doubling_model>();
+  model->work = 1ms;
+  auto q = batching_queue::start(rt, [model](const std::vector<tensor>& in) { return (*model)(in); },
+                                 {.max_batch_size = 8, .batch_timeout = 5ms, .max_enqueued_batches = 64}, one_input);
+  REQUIRE(q);
+  constexpr int threads = 4, per_thread = 100;  // all of them fit in the queue at once
+  std::atomic<int> right{0}, answered{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < threads; ++t)
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        const float v = static_cast<float>(t * 1000 + i);
+        q->predict_async({row(v, -v)}, std::nullopt, [&, v](expected<std::vector<tensor>> y) {
+          if (y && (*y)[0].to_vector<float>() == std::vector<float>{2 * v, -2 * v}) ++right;
+          ++answered;
+        });
+        if (i % 8 == 7) std::this_thread::sleep_for(200us);  // a steady stream rather than one burst
+      }
+    });
+  for (auto& c : callers) c.join();
+  while (answered.load() < threads * per_thread) std::this_thread::sleep_for(1ms);
+  CHECK(right.load() == threads * per_thread);
+  const auto s = q->stats();
+  CHECK(s.requests == threads * per_thread);
+  // The first request of an idle batcher and each request that fills a batch send a message; the
+  // rest wait for the batcher's timer or its replica's answer.
+  CHECK(s.wakeups >= 1);
+  CHECK(s.wakeups <= s.batches + 1);
+  CHECK(s.wakeups < s.requests / 4);
+
+  // Refused before it is queued: answered before predict_async returns, on this thread.
+  const auto caller = std::this_thread::get_id();
+  std::optional<expected<std::vector<tensor>>> bad;
+  std::thread::id answered_on;
+  q->predict_async({tensor::from_vector<float>({1, 2, 3}, {1, 3})}, std::nullopt, [&](expected<std::vector<tensor>> y) {
+    bad = std::move(y);
+    answered_on = std::this_thread::get_id();
+  });
+  REQUIRE(bad.has_value());
+  CHECK(answered_on == caller);
+  REQUIRE_FALSE(*bad);
+  CHECK(bad->error_value().code == errc::invalid_argument);
+  CHECK(bad->error_value().message.find("input 'x'") != std::string::npos);
+}
+
 TEST_CASE("a batch is padded to the next allowed size and the padding never reaches a caller", "[batching]") {
   runtime rt{{.scheduler_threads = 2}};
   auto model = std::make_shared<doubling_model>();
