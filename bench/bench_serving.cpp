@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -369,6 +370,26 @@ void measure_overload(runtime& rt, const std::string& name, const std::string& b
                count("not_answered"), rss_before, rss_after, rss_peak, count("max_queue_depth"));
 }
 
+// Ray's own processes (raylet, the GCS, its workers) outlive the driver by several seconds while
+// they shut down, using more than a core: a run started right after this one measured its first
+// phases beside them. Waits (30 s at most) until none is left.
+void wait_for_ray_exit() {
+  auto ray_process_left = [] {
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      const std::string pid = entry.path().filename().string();
+      if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+      std::ifstream comm_file(entry.path() / "comm"), cmdline_file(entry.path() / "cmdline");
+      std::string comm;
+      std::getline(comm_file, comm);
+      const std::string cmdline((std::istreambuf_iterator<char>(cmdline_file)), std::istreambuf_iterator<char>());
+      if (comm.rfind("ray::", 0) == 0 || comm == "raylet" || comm == "gcs_server" || cmdline.find("/ray/") != std::string::npos)
+        return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 300 && ray_process_left(); ++i) std::this_thread::sleep_for(100ms);
+}
+
 // Ray Serve serving the same MLP weights, measured by the same generator; false when absent.
 bool measure_ray(const std::string& weights_dir, const std::string& body, const phase_lengths& len, bench::json_line& out,
                  double our_saturation, double our_p99) {
@@ -412,6 +433,7 @@ bool measure_ray(const std::string& weights_dir, const std::string& body, const 
   }
   kill(-child, SIGTERM);
   waitpid(child, nullptr, 0);
+  wait_for_ray_exit();
   return ready;
 }
 
