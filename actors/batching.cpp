@@ -157,18 +157,19 @@ error check_request(const intake& in, const std::vector<tensor>& inputs, int64_t
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const auto& spec = in.specs[i];
     const tensor& t = inputs[i];
-    const std::string where = "input '" + spec.name + "'";
+    // Built only for an error: this check runs on the front end's thread for every request.
+    auto where = [&spec] { return "input '" + spec.name + "'"; };
     if (!t.defined() || t.type() != spec.type.type || static_cast<std::size_t>(t.ndim()) != spec.type.dims.size() ||
         t.ndim() == 0)
-      return make_error(errc::invalid_argument, where + " must be " + to_string(spec.type) + ", got " +
+      return make_error(errc::invalid_argument, where() + " must be " + to_string(spec.type) + ", got " +
                                                     (t.defined() ? to_string(graph::value_type{t.type(), t.shape()}) : "nothing"));
     for (std::size_t d = 1; d < spec.type.dims.size(); ++d)
       if (spec.type.dims[d] != -1 && spec.type.dims[d] != t.dim(static_cast<int>(d)))
-        return make_error(errc::invalid_argument, where + " must be " + to_string(spec.type) + ", got " +
+        return make_error(errc::invalid_argument, where() + " must be " + to_string(spec.type) + ", got " +
                                                       to_string(graph::value_type{t.type(), t.shape()}));
     if (i == 0) rows = t.dim(0);
     if (t.dim(0) != rows)
-      return make_error(errc::invalid_argument, where + " has " + std::to_string(t.dim(0)) + " rows, the first input " +
+      return make_error(errc::invalid_argument, where() + " has " + std::to_string(t.dim(0)) + " rows, the first input " +
                                                     std::to_string(rows));
   }
   if (rows < 1) return make_error(errc::invalid_argument, "a request without rows");
