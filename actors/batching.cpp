@@ -280,18 +280,26 @@ void finish_batch(batcher_actor* self, uint64_t id, std::size_t replica, expecte
   const int64_t took = now - std::max(sent_ns, slot.free_at_ns);  // a batch sent to a busy replica waited first
   slot.free_at_ns = now;
   st.compute_ns = st.compute_ns == 0 ? took : (st.compute_ns * 7 + took) / 8;
+  // A model whose output has fewer rows than its batch fails the whole batch.
+  int64_t rows = 0;
+  for (const auto& r : requests) rows += r.rows;
+  if (outputs)
+    for (const auto& out : *outputs)
+      if (out.ndim() == 0 || out.dim(0) < rows) {
+        outputs = make_error(errc::protocol_violation, "an output of the model has fewer rows than its batch");
+        break;
+      }
+  // Counted before any answer goes out: a caller that has its answer finds it in stats().
+  shared_counters::add(outputs ? st.counters->requests : st.counters->failed, requests.size());
   if (!outputs) {
     for (auto& r : requests) answer_error(r, outputs.error_value());
-    shared_counters::add(st.counters->failed, requests.size());
   } else {
     int64_t row = 0;
     for (auto& r : requests) {
       std::vector<tensor> mine;
       error failure;
       for (const auto& out : *outputs) {
-        auto part = out.ndim() > 0 && out.dim(0) >= row + r.rows ? out.slice(0, row, row + r.rows)
-                                                                 : expected<tensor>{make_error(errc::protocol_violation,
-                                                                                               "an output of the model has fewer rows than its batch")};
+        auto part = out.slice(0, row, row + r.rows);
         if (!part) {
           failure = part.error_value();
           break;
@@ -302,7 +310,6 @@ void finish_batch(batcher_actor* self, uint64_t id, std::size_t replica, expecte
       if (failure) answer_error(r, failure);
       else r.reply.deliver(std::move(mine));
     }
-    shared_counters::add(st.counters->requests, requests.size());
   }
   look(self);
 }
@@ -312,8 +319,8 @@ void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::
   const std::size_t size = padded_size(st.options, rows);
   auto inputs = join(requests, st.specs.size(), rows, size);
   if (!inputs) {
-    for (auto& r : requests) answer_error(r, inputs.error_value());
     shared_counters::add(st.counters->failed, requests.size());
+    for (auto& r : requests) answer_error(r, inputs.error_value());
     return;
   }
   auto& slot = st.replicas[replica];
@@ -368,6 +375,7 @@ void try_dispatch(batcher_actor* self) {
     std::size_t expired = 0;
     for (auto it = st.queue.begin(); it != st.queue.end();) {
       if (it->deadline_ns != no_deadline && ends > it->deadline_ns) {
+        shared_counters::add(st.counters->refused_deadline, 1);  // before the answer, as every count here
         answer_error(*it, make_error(errc::timeout, "the request's deadline passed before a batch could run it"));
         st.queued_rows -= static_cast<std::size_t>(it->rows);
         it = st.queue.erase(it);
@@ -376,10 +384,8 @@ void try_dispatch(batcher_actor* self) {
         ++it;
       }
     }
-    if (expired) {
-      shared_counters::add(st.counters->refused_deadline, expired);
-      continue;  // the queue is shorter: whether a batch is full, and which replica takes it, may change
-    }
+    // The queue is shorter: whether a batch is full, and which replica takes it, may change.
+    if (expired) continue;
     const bool waited = now - st.queue.front().arrived_ns >= timeout_ns;
     if (!full && !waited) break;
     std::vector<waiting_request> batch;
