@@ -131,10 +131,8 @@ struct replica_slot {
 constexpr int max_batches_per_replica = 2;
 
 struct batcher_state {
-  batching_options options;
-  std::vector<graph::tensor_spec> specs;
   std::shared_ptr<shared_counters> counters;
-  std::shared_ptr<intake> in;
+  std::shared_ptr<intake> in;  // also holds the options and the signature's inputs
   std::vector<waiting_request> arrived;  // swapped with the intake's, so that both keep their capacity
   std::deque<waiting_request> queue;
   std::size_t queued_rows = 0;
@@ -316,8 +314,8 @@ void finish_batch(batcher_actor* self, uint64_t id, std::size_t replica, expecte
 
 void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::size_t rows, std::size_t replica) {
   auto& st = self->state;
-  const std::size_t size = padded_size(st.options, rows);
-  auto inputs = join(requests, st.specs.size(), rows, size);
+  const std::size_t size = padded_size(st.in->options, rows);
+  auto inputs = join(requests, st.in->specs.size(), rows, size);
   if (!inputs) {
     shared_counters::add(st.counters->failed, requests.size());
     for (auto& r : requests) answer_error(r, inputs.error_value());
@@ -363,9 +361,9 @@ bool any_replica_idle(const batcher_state& st) {
 // a replica may take it (pick_replica); otherwise arms the timer for the oldest request.
 void try_dispatch(batcher_actor* self) {
   auto& st = self->state;
-  const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(st.options.batch_timeout).count();
+  const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(st.in->options.batch_timeout).count();
   while (!st.queue.empty()) {
-    const bool full = !st.options.join_requests || st.queued_rows >= st.options.max_batch_size;
+    const bool full = !st.in->options.join_requests || st.queued_rows >= st.in->options.max_batch_size;
     const int replica = pick_replica(st, full);
     if (replica < 0) break;
     const int64_t now = now_ns();
@@ -390,13 +388,13 @@ void try_dispatch(batcher_actor* self) {
     if (!full && !waited) break;
     std::vector<waiting_request> batch;
     std::size_t rows = 0;
-    while (!st.queue.empty() && rows + static_cast<std::size_t>(st.queue.front().rows) <= st.options.max_batch_size &&
-           (batch.empty() || st.options.pad_variable_length_inputs || same_row_dims(batch.front(), st.queue.front()))) {
+    while (!st.queue.empty() && rows + static_cast<std::size_t>(st.queue.front().rows) <= st.in->options.max_batch_size &&
+           (batch.empty() || st.in->options.pad_variable_length_inputs || same_row_dims(batch.front(), st.queue.front()))) {
       rows += static_cast<std::size_t>(st.queue.front().rows);
       st.queued_rows -= static_cast<std::size_t>(st.queue.front().rows);
       batch.push_back(std::move(st.queue.front()));
       st.queue.pop_front();
-      if (!st.options.join_requests) break;
+      if (!st.in->options.join_requests) break;
     }
     run_batch(self, std::move(batch), rows, static_cast<std::size_t>(replica));
   }
@@ -439,7 +437,7 @@ void enqueue(batcher_actor* self, waiting_request r) {
     shared_counters::add(s.counters->refused_deadline, 1);
     return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
   }
-  const std::size_t capacity = s.options.max_enqueued_batches * s.options.max_batch_size;
+  const std::size_t capacity = s.in->options.max_enqueued_batches * s.in->options.max_batch_size;
   if (s.queued_rows + s.pipelined_rows + static_cast<std::size_t>(r.rows) > capacity) {
     shared_counters::add(s.counters->refused_full, 1);
     return answer_error(r, queue_full(s.queued_rows + s.pipelined_rows, capacity));
@@ -503,8 +501,6 @@ void close_intake(intake& in) {
 caf::behavior batcher(batcher_actor* self, std::vector<caf::actor> replicas, std::shared_ptr<shared_counters> counters,
                       std::shared_ptr<intake> in) {
   auto& st = self->state;
-  st.options = in->options;
-  st.specs = in->specs;
   for (auto& r : replicas) st.replicas.push_back({std::move(r)});
   st.counters = std::move(counters);
   st.in = in;
