@@ -347,3 +347,121 @@ TEST_CASE("a REST server closes connections idle or stalled mid-request past its
   ::close(silent);
   ::close(stalled);
 }
+
+namespace {
+
+void send_all(int fd, const std::string& bytes) {
+  for (std::size_t sent = 0; sent < bytes.size();) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    REQUIRE(n > 0);
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+// The next `count` answers on `fd`, framed by their Content-Length; fewer when the server closes.
+std::vector<testing::http_answer> read_answers(int fd, std::size_t count) {
+  std::vector<testing::http_answer> answers;
+  std::string pending;
+  char buf[65536];
+  while (answers.size() < count) {
+    const auto header_end = pending.find("\r\n\r\n");
+    if (header_end != std::string::npos) {
+      testing::http_answer a;
+      a.headers = pending.substr(0, header_end);
+      a.status = std::stoi(a.headers.substr(9, 3));
+      const auto at = a.headers.find("Content-Length: ");
+      REQUIRE(at != std::string::npos);
+      const std::size_t length = std::stoul(a.headers.substr(at + 16));
+      if (pending.size() >= header_end + 4 + length) {
+        a.body = pending.substr(header_end + 4, length);
+        pending.erase(0, header_end + 4 + length);
+        answers.push_back(std::move(a));
+        continue;
+      }
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    pending.append(buf, static_cast<std::size_t>(n));
+  }
+  return answers;
+}
+
+std::string raw_request(const std::string& request_line, const std::string& headers, const std::string& body = "") {
+  return request_line + "\r\nHost: x\r\n" + headers + (body.empty() ? "" : "Content-Length: " + std::to_string(body.size()) + "\r\n") +
+         "\r\n" + body;
+}
+
+}  // namespace
+
+TEST_CASE("the REST server keeps HTTP/1.0 and 1.1 connection rules and answers pipelined requests in order", "[serving][rest]") {
+  single_model served;
+  http_options http;
+  http.port = 0;
+  auto rest = http_server::start(*served.models, nullptr, http);
+  REQUIRE(rest);
+  const uint16_t port = (*rest)->port();
+
+  SECTION("HTTP/1.0 closes unless asked to keep the connection") {
+    const int fd = connect_to(port);
+    send_all(fd, raw_request("GET /v1/models/dense HTTP/1.0", ""));
+    auto answers = read_answers(fd, 1);
+    REQUIRE(answers.size() == 1);
+    CHECK(answers[0].headers.rfind("HTTP/1.0 200 OK\r\n", 0) == 0);
+    CHECK(answers[0].headers.find("Connection") == std::string::npos);
+    CHECK(closed_within(fd, std::chrono::milliseconds(2000)));
+    ::close(fd);
+
+    const int kept = connect_to(port);
+    for (int i = 0; i < 2; ++i) {
+      send_all(kept, raw_request("GET /v1/models/dense HTTP/1.0", "Connection: keep-alive\r\n"));
+      answers = read_answers(kept, 1);
+      REQUIRE(answers.size() == 1);
+      CHECK(answers[0].status == 200);
+      CHECK(answers[0].headers.find("Connection: keep-alive") != std::string::npos);
+    }
+    ::close(kept);
+  }
+
+  SECTION("HTTP/1.1 keeps the connection unless the client closes it, errors included") {
+    const int fd = connect_to(port);
+    send_all(fd, raw_request("GET /v1/models/nothing HTTP/1.1", ""));
+    auto answers = read_answers(fd, 1);
+    REQUIRE(answers.size() == 1);
+    CHECK(answers[0].headers.rfind("HTTP/1.1 404 Not Found\r\n", 0) == 0);
+    CHECK(answers[0].headers.find("Connection") == std::string::npos);
+    CHECK(answers[0].headers.find("Content-Type: application/json") != std::string::npos);
+    CHECK_THAT(answers[0].body, Catch::Contains("nothing"));
+    send_all(fd, raw_request("GET /v1/models/dense HTTP/1.1", "Connection: close\r\n"));
+    answers = read_answers(fd, 1);
+    REQUIRE(answers.size() == 1);
+    CHECK(answers[0].status == 200);
+    CHECK(answers[0].headers.find("Connection: close") != std::string::npos);
+    CHECK(closed_within(fd, std::chrono::milliseconds(2000)));
+    ::close(fd);
+  }
+
+  SECTION("requests sent back to back, one larger than the read buffer, are answered one by one in order") {
+    // 30 rows spaced out to a body of about 40 KB, more than a connection reads at once.
+    std::string rows;
+    for (int r = 0; r < 30; ++r) rows += std::string{r ? "," : ""} + std::string(1300, ' ') + "[1, 2, 3, " + std::to_string(r) + "]";
+    const std::string big = "{\"instances\": [" + rows + "]}";
+    const std::string small = R"({"instances": [[1, 2, 3, 4]]})";
+    const std::string post = "POST /v1/models/dense:predict HTTP/1.1";
+    const std::string json_type = "Content-Type: application/json\r\n";
+    const int fd = connect_to(port);
+    send_all(fd, raw_request(post, json_type, small) + raw_request(post, json_type, big) + raw_request("GET /v1/models/dense HTTP/1.1", "") +
+                     raw_request(post, json_type, R"({"instances": [[1, 2]]})") + raw_request(post, json_type, small));
+    const auto answers = read_answers(fd, 5);
+    REQUIRE(answers.size() == 5);
+    CHECK(answers[0].status == 200);
+    CHECK(json::parse(answers[0].body)["predictions"].size() == 1);
+    CHECK(answers[1].status == 200);
+    CHECK(json::parse(answers[1].body)["predictions"].size() == 30);
+    CHECK(answers[2].status == 200);
+    CHECK(json::parse(answers[2].body).contains("model_version_status"));
+    CHECK(answers[3].status == 400);
+    CHECK(answers[4].status == 200);
+    CHECK(answers[4].body == answers[0].body);
+    ::close(fd);
+  }
+}
