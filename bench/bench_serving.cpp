@@ -9,7 +9,8 @@
 //   saturation_per_s     closed loop, batching on (max 32, 2 ms timeout); ratio to offline;
 //                        saturation_connections: the connection count that reached it
 //   grpc_saturation_per_s, grpc_rows32_rows_per_s  the same topology over gRPC's Predict with
-//                        tensor_content, 1-row and 32-row calls: the server without JSON
+//                        tensor_content, 1-row and 32-row calls: the server without JSON;
+//                        grpc_saturation_in_flight: the 1-row calls in flight (swept as above)
 //   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
 //   p50/p90/p99/p999_ms  open loop at 50% of saturation; p99_budget_ms = timeout + 3 x batch time
 //   batch sizes          mean real rows per batch at 50% load
@@ -30,6 +31,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -198,25 +200,31 @@ bench::load_options load_at(uint16_t port, double rate, std::chrono::millisecond
   return o;
 }
 
-// Saturation: the most 2xx answers a second that a closed loop gets, doubling its keep-alive
-// connections from 32 (to 1024 at most) while that still gains more than 3%. One count is not
-// enough: with 32 connections and batches of 32 the MLP's whole load sat in one batch at a time,
-// and the CPUs were 20% idle while it ran.
+// Saturation: the most 2xx answers a second that a closed loop gets, doubling what it keeps in
+// flight (keep-alive connections, or gRPC calls) from 32 (to 1024 at most) while that still gains
+// more than 3%. One count is not enough: with 32 in flight and batches of 32 the MLP's whole load
+// sat in one batch at a time, and the CPUs were 20% idle while it ran (gRPC: 32% idle).
 struct saturation_point {
   double per_second = 0;
-  std::size_t connections = 0;
+  std::size_t in_flight = 0;
 };
-saturation_point saturation_of(const bench::load_request& req, uint16_t port, std::chrono::milliseconds span, const char* what) {
+saturation_point sweep_in_flight(const std::function<double(std::size_t in_flight)>& ok_per_second_at) {
   saturation_point best;
-  for (std::size_t connections = 32; connections <= 1024; connections *= 2) {
-    auto options = load_at(port, 0, span);
-    options.connections = connections;
-    const double per_second = ok_per_second(bench::run_closed_loop(req, options), what);
+  for (std::size_t in_flight = 32; in_flight <= 1024; in_flight *= 2) {
+    const double per_second = ok_per_second_at(in_flight);
     const bool gained = per_second > 1.03 * best.per_second;
-    if (per_second > best.per_second) best = {per_second, connections};
-    if (!gained) break;  // at the knee: more connections only queue
+    if (per_second > best.per_second) best = {per_second, in_flight};
+    if (!gained) break;  // at the knee: more in flight only queues
   }
   return best;
+}
+
+saturation_point saturation_of(const bench::load_request& req, uint16_t port, std::chrono::milliseconds span, const char* what) {
+  return sweep_in_flight([&](std::size_t connections) {
+    auto options = load_at(port, 0, span);
+    options.connections = connections;
+    return ok_per_second(bench::run_closed_loop(req, options), what);
+  });
 }
 
 // The open loop at a fixed rate: enough connections that a due request never waits in the
@@ -232,6 +240,7 @@ bench::load_options open_loop_at(uint16_t port, double rate, std::chrono::millis
 struct model_figures {
   double rows32_per_s = 0;  // closed loop with 32-row requests: the topology without JSON per row dominating
   double grpc_per_s = 0, grpc_rows32_per_s = 0;  // the same over gRPC with tensor_content (no JSON at all)
+  std::size_t grpc_in_flight = 0;  // the 1-row calls kept in flight that reached grpc_per_s
   std::size_t saturation_connections = 0;  // the closed loop's connections that reached it
   double offline = 0, batch_ms = 0, served_batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
   uint64_t open_loop_errors = 0;
@@ -255,7 +264,7 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
     served s{rt, base, true};
     const auto sat = saturation_of(req, s.rest->port(), len.saturation, "saturation");
     f.saturation = sat.per_second;
-    f.saturation_connections = sat.connections;
+    f.saturation_connections = sat.in_flight;
     auto open = bench::run_open_loop(req, open_loop_at(s.rest->port(), f.saturation * 0.5, len.open_loop));
     f.open_loop_client_queue_max = open.max_queue_depth;
     f.p50 = open.percentile_us(50) / 1e3;
@@ -273,7 +282,9 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
     auto options32 = load_at(s.rest->port(), 0, len.saturation);
     options32.connections = 4;
     f.rows32_per_s = 32 * ok_per_second(bench::run_closed_loop(req32, options32), "32-row requests");
-    f.grpc_per_s = s.grpc_rows_per_s(row_dims, 1, 32, len.saturation);
+    const auto grpc = sweep_in_flight([&](std::size_t calls) { return s.grpc_rows_per_s(row_dims, 1, calls, len.saturation); });
+    f.grpc_per_s = grpc.per_second;
+    f.grpc_in_flight = grpc.in_flight;
     f.grpc_rows32_per_s = s.grpc_rows_per_s(row_dims, 32, 4, len.saturation);
   }
   {
@@ -294,6 +305,7 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_rows32_vs_offline", f.rows32_per_s / f.offline);
   out.add(name + "_grpc_saturation_per_s", f.grpc_per_s);
   out.add(name + "_grpc_saturation_vs_offline", f.grpc_per_s / f.offline);
+  out.add(name + "_grpc_saturation_in_flight", static_cast<double>(f.grpc_in_flight));
   out.add(name + "_grpc_rows32_rows_per_s", f.grpc_rows32_per_s);
   out.add(name + "_grpc_rows32_vs_offline", f.grpc_rows32_per_s / f.offline);
   out.add(name + "_unbatched_per_s", f.unbatched);
@@ -306,8 +318,8 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_open_loop_errors", static_cast<double>(f.open_loop_errors));
   out.add(name + "_open_loop_client_queue_max", static_cast<double>(f.open_loop_client_queue_max));
   out.add(name + "_mean_batch_rows", f.mean_batch);
-  std::fprintf(stderr, "%s over gRPC (tensor_content): 1-row calls %.0f req/s (%.2fx offline), 32-row calls %.0f rows/s (%.2fx)\n",
-               name.c_str(), f.grpc_per_s, f.grpc_per_s / f.offline, f.grpc_rows32_per_s, f.grpc_rows32_per_s / f.offline);
+  std::fprintf(stderr, "%s over gRPC (tensor_content): 1-row calls %.0f req/s at %zu in flight (%.2fx offline), 32-row calls %.0f rows/s (%.2fx)\n",
+               name.c_str(), f.grpc_per_s, f.grpc_in_flight, f.grpc_per_s / f.offline, f.grpc_rows32_per_s, f.grpc_rows32_per_s / f.offline);
   std::fprintf(stderr, "%s: a batch of 32 takes %.2f ms on every core, %.2f ms on the replica's threads\n", name.c_str(), f.batch_ms,
                f.served_batch_ms);
   std::fprintf(stderr, "%s: offline %.0f rows/s, saturation %.0f req/s at %zu connections (%.2fx offline; 32-row requests %.0f rows/s, %.2fx), "
@@ -420,7 +432,7 @@ bool measure_ray(const std::string& weights_dir, const std::string& body, const 
     const bench::load_request req{.method = "POST", .path = "/", .body = body};
     const auto sat = saturation_of(req, 8000, len.saturation, "ray");
     const double ray_saturation = sat.per_second;
-    out.add("ray_saturation_connections", static_cast<double>(sat.connections));
+    out.add("ray_saturation_connections", static_cast<double>(sat.in_flight));
     auto open = bench::run_open_loop(req, open_loop_at(8000, ray_saturation * 0.5, len.open_loop));
     out.add("ray_saturation_per_s", ray_saturation);
     out.add("ray_p99_ms", open.percentile_us(99) / 1e3);
