@@ -1,5 +1,6 @@
 #include "apps/serving/grpc_server.hpp"
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 
@@ -237,6 +238,10 @@ expected<std::unique_ptr<grpc_server>> grpc_server::start(model_server& models, 
   if (options.max_message_bytes == 0 || options.max_message_bytes > static_cast<std::size_t>(INT_MAX))
     return make_error(errc::invalid_argument, "grpc: max_message_bytes must be 1 to " + std::to_string(INT_MAX));
   if (options.threads > static_cast<std::size_t>(INT_MAX)) return make_error(errc::invalid_argument, "grpc: too many threads");
+  // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on: a
+  // lock-order graph updated on every lock and on every mutex's destruction, and gRPC makes and
+  // locks several per call. Release builds of Abseil have it off; this process does the same.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   auto state = std::make_unique<impl>(models);
   grpc::ServerBuilder builder;
   // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port "succeeds",
