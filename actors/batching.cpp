@@ -426,6 +426,15 @@ error queue_full(std::size_t waiting, std::size_t capacity) {
                                                   std::to_string(capacity) + ")");
 }
 
+// A request whose deadline passed before it was queued is answered timeout at once (counted
+// first, as every count here); true when it was.
+bool refused_as_late(waiting_request& r, shared_counters& counters) {
+  if (r.deadline_ns == no_deadline || r.arrived_ns < r.deadline_ns) return false;
+  shared_counters::add(counters.refused_deadline, 1);
+  answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
+  return true;
+}
+
 // A new request into the queue, or refused at once: bad inputs, shutting down, deadline passed,
 // queue full. Its rows are known when it came through the intake (checked there).
 void enqueue(batcher_actor* self, waiting_request r) {
@@ -433,10 +442,7 @@ void enqueue(batcher_actor* self, waiting_request r) {
   if (s.stopping) return answer_error(r, make_error(errc::cancelled, "the batching queue is shutting down"));
   if (r.rows == 0)
     if (auto bad = check_request(*s.in, r.inputs, r.rows)) return answer_error(r, bad);
-  if (r.deadline_ns != no_deadline && r.arrived_ns >= r.deadline_ns) {
-    shared_counters::add(s.counters->refused_deadline, 1);
-    return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
-  }
+  if (refused_as_late(r, *s.counters)) return;
   const std::size_t capacity = s.in->options.max_enqueued_batches * s.in->options.max_batch_size;
   if (s.queued_rows + s.pipelined_rows + static_cast<std::size_t>(r.rows) > capacity) {
     shared_counters::add(s.counters->refused_full, 1);
@@ -598,10 +604,7 @@ void batching_queue::predict_async(std::vector<tensor> inputs, std::optional<clo
   waiting_request r{std::move(inputs), 0, deadline_ns, now_ns(), {{}, std::move(done)}};
   // What can be refused without the batcher is refused here, on the caller's thread.
   if (auto bad = check_request(in, r.inputs, r.rows)) return answer_error(r, bad);
-  if (r.deadline_ns != no_deadline && r.arrived_ns >= r.deadline_ns) {
-    shared_counters::add(counters.refused_deadline, 1);
-    return answer_error(r, make_error(errc::timeout, "the request's deadline had passed when it arrived"));
-  }
+  if (refused_as_late(r, counters)) return;
   bool wake = false;
   {
     std::unique_lock<std::mutex> lock{in.mtx};

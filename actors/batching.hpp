@@ -49,12 +49,13 @@ struct batching_options {
   /// join one batch, each padded with zeros at the end to the batch's largest. Without it, a
   /// batch holds only requests of the same dims.
   bool pad_variable_length_inputs = false;
-  /// The niceness of the replicas' threads (Linux, 0..19; 0 leaves theirs as it is): when the CPU is short, the I/O
-  /// threads win it from the model's batches. That reads and refuses the excess of an overload
-  /// sooner, but it stretches every batch the replica runs beside them, and so the latency of the
-  /// requests served. `actorflow serve` leaves it at 0: on 2 cores, 5 made the MLP's p99 at half
-  /// load 1.5x longer and cut the requests served under a 2x overload by a third, while the
-  /// refusals there still waited on the CPU either way (bench_serving --replica-nice).
+  /// The niceness of the replicas' threads (Linux, 0..19; 0 leaves theirs as it is): when the
+  /// CPU is short, the I/O threads win it from the model's batches. That reads and refuses the
+  /// excess of an overload sooner, but it stretches every batch the replica runs beside them, and
+  /// so the latency of the requests served. `actorflow serve` leaves it at 0: on 2 cores, 5 made
+  /// the MLP's p99 at half load 1.5x longer and cut the requests served under a 2x overload by a
+  /// third, while the refusals there still waited on the CPU either way (bench_serving
+  /// --replica-nice).
   int replica_nice = 0;
 };
 
