@@ -3,10 +3,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/json_text.hpp"
+#include "apps/serving/element_range.hpp"
 
 namespace af::serving {
 
@@ -122,17 +124,20 @@ error fill(const json& v, const shape& dims, std::size_t d, dtype type, std::byt
     return {};
   }
   if (d == dims.size()) {
-    if (v.is_number_integer() && (type == dtype::i64 || type == dtype::i32)) {
-      const int64_t x = v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
-      if (type == dtype::i64) std::memcpy(out, &x, sizeof x);
-      else store_from_double(out, type, static_cast<double>(x));
-    } else if (v.is_number()) {
-      store_from_double(out, type, v.get<double>());
-    } else if (v.is_boolean()) {
-      store_from_double(out, type, v.get<bool>() ? 1.0 : 0.0);
-    } else {
+    bool fits = true;
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fits = store_number_if_fits(out, type, static_cast<double>(v.get<uint64_t>()));
+    else if (v.is_number_integer())
+      fits = store_integer_if_fits(out, type, v.get<int64_t>());
+    else if (v.is_number())
+      fits = store_number_if_fits(out, type, v.get<double>());
+    else if (v.is_boolean())
+      fits = store_integer_if_fits(out, type, v.get<bool>() ? 1 : 0);
+    else
       return make_error(errc::invalid_argument, where + ": expected a number, found " + std::string{v.type_name()});
-    }
+    if (!fits)
+      return make_error(errc::invalid_argument, where + ": " + v.dump() + " does not fit " + tf_dtype_name(type) +
+                                                    (is_integral(type) ? " (a whole number in its range)" : " (it would overflow)"));
     out += item;
     return {};
   }
@@ -161,10 +166,23 @@ error check_dims(const shape& dims, const shape& want, const graph::tensor_spec&
                         to_string(spec.type));
 }
 
+// A body of n bytes holds at most n elements (a number takes a character, a b64 byte more than
+// one): dims that claim more were fixed by a first value the rest do not follow. Checked before
+// the tensor is allocated, so that such a request costs no more memory than its body.
+error check_fits_body(const shape& dims, std::size_t body_bytes, const std::string& where) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (__builtin_mul_overflow(n, d, &n) || n > static_cast<int64_t>(body_bytes))
+      return make_error(errc::invalid_argument, where + ": shape " + to_string(dims) + " (taken from its first values) holds more elements than the " +
+                                                    std::to_string(body_bytes) + "-byte request body carries");
+  return {};
+}
+
 // Columnar: the whole value of one input, rows first.
-expected<tensor> decode_column(const json& v, const graph::tensor_spec& spec, const std::string& where) {
+expected<tensor> decode_column(const json& v, const graph::tensor_spec& spec, const std::string& where, std::size_t body_bytes) {
   AF_TRY_ASSIGN(auto dims, value_dims(v, spec.type.dims, spec.type.type, where));
   if (auto e = check_dims(dims, spec.type.dims, spec, where)) return e;
+  if (auto e = check_fits_body(dims, body_bytes, where)) return e;
   AF_TRY_ASSIGN(auto t, tensor::empty(dims, spec.type.type));
   auto* out = static_cast<std::byte*>(t.raw_data());
   if (auto e = fill(v, dims, 0, spec.type.type, out, where)) return e;
@@ -172,7 +190,7 @@ expected<tensor> decode_column(const json& v, const graph::tensor_spec& spec, co
 }
 
 // Row format: one input's value in every instance, stacked.
-expected<tensor> decode_rows(const json& instances, const graph::tensor_spec& spec, bool named) {
+expected<tensor> decode_rows(const json& instances, const graph::tensor_spec& spec, bool named, std::size_t body_bytes) {
   const shape rest = row_dims_of(spec);
   auto value_of = [&](std::size_t i) -> const json& { return named ? instances[i][spec.name] : instances[i]; };
   auto where_of = [&](std::size_t i) {
@@ -182,6 +200,7 @@ expected<tensor> decode_rows(const json& instances, const graph::tensor_spec& sp
   if (auto e = check_dims(row, rest, spec, where_of(0))) return e;
   shape dims{static_cast<int64_t>(instances.size())};
   for (int64_t d : row) dims.push_back(d);
+  if (auto e = check_fits_body(dims, body_bytes, "'instances'")) return e;
   AF_TRY_ASSIGN(auto t, tensor::empty(dims, spec.type.type));
   auto* out = static_cast<std::byte*>(t.raw_data());
   for (std::size_t i = 0; i < instances.size(); ++i)
@@ -192,7 +211,29 @@ expected<tensor> decode_rows(const json& instances, const graph::tensor_spec& sp
 
 }  // namespace
 
+error check_json_nesting(std::string_view body) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_json_depth)
+        return make_error(errc::invalid_argument, "the request body nests arrays and objects more than " + std::to_string(max_json_depth) +
+                                                      " deep (at byte " + std::to_string(i) + ")");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return {};
+}
+
 expected<rest_predict_request> decode_predict(std::string_view body, const signature_lookup& lookup) {
+  if (auto e = check_json_nesting(body)) return e;
   json doc = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return make_error(errc::invalid_argument, "the request body is not valid JSON");
   if (!doc.is_object()) return make_error(errc::invalid_argument, "the request body must be a JSON object");
@@ -231,7 +272,7 @@ expected<rest_predict_request> decode_predict(std::string_view body, const signa
       }
     }
     for (const auto& spec : specs) {
-      AF_TRY_ASSIGN(auto t, decode_rows(instances, spec, named));
+      AF_TRY_ASSIGN(auto t, decode_rows(instances, spec, named, body.size()));
       out.inputs.push_back({spec.name, std::move(t)});
     }
     return out;
@@ -242,14 +283,14 @@ expected<rest_predict_request> decode_predict(std::string_view body, const signa
     if (specs.size() != 1)
       return make_error(errc::invalid_argument, "the signature has " + std::to_string(specs.size()) +
                                                     " inputs: 'inputs' must be an object naming them");
-    AF_TRY_ASSIGN(auto t, decode_column(inputs, specs[0], "inputs"));
+    AF_TRY_ASSIGN(auto t, decode_column(inputs, specs[0], "inputs", body.size()));
     out.inputs.push_back({specs[0].name, std::move(t)});
     return out;
   }
   for (const auto& spec : specs) {
     auto it = inputs.find(spec.name);
     if (it == inputs.end()) return make_error(errc::invalid_argument, "'inputs' lacks input '" + spec.name + "'");
-    AF_TRY_ASSIGN(auto t, decode_column(*it, spec, "inputs['" + spec.name + "']"));
+    AF_TRY_ASSIGN(auto t, decode_column(*it, spec, "inputs['" + spec.name + "']", body.size()));
     out.inputs.push_back({spec.name, std::move(t)});
   }
   for (const auto& [key, value] : inputs.items())

@@ -27,9 +27,19 @@ struct rest_predict_request {
 /// Finds a signature by name (empty: the default); what decode_predict needs from the server.
 using signature_lookup = std::function<expected<std::shared_ptr<const graph::signature>>(const std::string& signature_name)>;
 
+/// How deep a request body may nest arrays and objects (the body's own object is the first
+/// level). TF Serving's inputs have a rank of at most a few dozen; a body nested deeper is refused
+/// before it is parsed, so that no decoder recurses or allocates by the depth a client chooses.
+inline constexpr int max_json_depth = 64;
+
+/// invalid_argument naming the byte offset when `body` nests deeper than max_json_depth (brackets
+/// inside strings do not count).
+error check_json_nesting(std::string_view body);
+
 /// Parses a predict body against the signature it names. invalid_argument naming the field and
 /// position ("instances[3]['x'] has 63 values where instances[0] has 64") for anything that does
-/// not fit; the lookup's error when the signature does not exist.
+/// not fit (a number outside its dtype's range, a shape larger than the body could carry, nesting
+/// deeper than max_json_depth); the lookup's error when the signature does not exist.
 expected<rest_predict_request> decode_predict(std::string_view body, const signature_lookup& lookup);
 
 /// The answer to a predict request: {"predictions": [...]} for the row format (each row the single

@@ -1,9 +1,13 @@
 #include "apps/serving/rest_fast_decode.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+
+#include "apps/serving/element_range.hpp"
 
 namespace af::serving {
 
@@ -27,12 +31,13 @@ struct cursor {
     skip_space();
     return at < end && *at == c;
   }
-  // A string without escapes.
+  // A string of printable ASCII without escapes (anything else, UTF-8 included, is left to the
+  // general decoder, which validates it).
   bool string(std::string_view& out) {
     if (!take('"')) return false;
     const char* start = at;
     while (at < end && *at != '"') {
-      if (*at == '\\' || static_cast<unsigned char>(*at) < 0x20) return false;
+      if (*at == '\\' || static_cast<unsigned char>(*at) < 0x20 || static_cast<unsigned char>(*at) >= 0x80) return false;
       ++at;
     }
     if (at == end) return false;
@@ -69,12 +74,15 @@ const char* exact_decimal(const char* p, const char* end, double& out, int64_t& 
   uint64_t mantissa = 0;
   for (; p < end && is_digit(*p); ++p) mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
   std::ptrdiff_t digits = p - first;
+  // JSON's grammar: an integer part, without leading zeros ("01" is not a JSON number).
+  if (digits == 0 || (digits > 1 && *first == '0')) return nullptr;
   int exponent = 0;
   plain_integer = true;
   if (p < end && *p == '.') {
     plain_integer = false;
     const char* fraction = ++p;
     for (; p < end && is_digit(*p); ++p) mantissa = mantissa * 10 + static_cast<uint64_t>(*p - '0');
+    if (p == fraction) return nullptr;  // "1." is not a JSON number either
     digits += p - fraction;
     exponent = -static_cast<int>(p - fraction);
   }
@@ -94,8 +102,32 @@ const char* exact_decimal(const char* p, const char* end, double& out, int64_t& 
   if ((p < end && number_char(*p)) || exponent < -22 || exponent > 22 || mantissa > (uint64_t{1} << 53)) return nullptr;
   double v = static_cast<double>(mantissa);
   v = exponent >= 0 ? v * powers[exponent] : v / powers[-exponent];
-  out = negative ? -v : v;
+  // "-0" is the integer 0, as the general decoder reads it; "-0.0" is a negative zero.
+  out = negative && !(plain_integer && mantissa == 0) ? -v : v;
   integer = negative ? -static_cast<int64_t>(mantissa) : static_cast<int64_t>(mantissa);
+  return p;
+}
+
+// The end of the JSON number at `p` (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), or nullptr.
+const char* json_number_end(const char* p, const char* end) {
+  auto digits = [&] {
+    const char* from = p;
+    while (p < end && is_digit(*p)) ++p;
+    return p - from;
+  };
+  if (p < end && *p == '-') ++p;
+  const char* integer_part = p;
+  const auto n = digits();
+  if (n == 0 || (n > 1 && *integer_part == '0')) return nullptr;
+  if (p < end && *p == '.') {
+    ++p;
+    if (digits() == 0) return nullptr;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    if (p < end && (*p == '+' || *p == '-')) ++p;
+    if (digits() == 0) return nullptr;
+  }
   return p;
 }
 
@@ -114,10 +146,9 @@ bool number(cursor& c, numeric_array& a) {
     c.at = p;
     return true;
   }
-  p = start;
-  plain_integer = true;
-  for (; p < c.end && number_char(*p); ++p)
-    if (*p == '.' || *p == 'e' || *p == 'E') plain_integer = false;
+  p = json_number_end(start, c.end);
+  if (!p || (p < c.end && number_char(*p))) return false;
+  plain_integer = std::find_if(start, p, [](char ch) { return ch == '.' || ch == 'e' || ch == 'E'; }) == p;
   auto r = std::from_chars(start, p, v);
   if (p == start || r.ec != std::errc{} || r.ptr != p) return false;
   a.values.push_back(v);
@@ -145,6 +176,9 @@ bool leaf_numbers(cursor& c, numeric_array& a, int64_t& count) {
 }
 
 bool array(cursor& c, numeric_array& a, int depth) {
+  // The body's object and this array's ancestors are the levels above it: deeper is left to
+  // decode_predict, which refuses it by name.
+  if (depth + 2 > max_json_depth) return false;
   if (!c.take('[')) return false;
   if (static_cast<int>(a.dims.size()) == depth) a.dims.push_back(-1);  // the first array at this depth
   int64_t count = 0;
@@ -208,19 +242,29 @@ std::optional<rest_predict_request> decode_simple_predict(std::string_view body,
   for (std::size_t d = 0; d < values.dims.size(); ++d)
     if (spec.type.dims[d] >= 0 && spec.type.dims[d] != values.dims[d]) return std::nullopt;
   const dtype type = spec.type.type;
-  const bool integer_type = type == dtype::i64 || type == dtype::i32 || type == dtype::i8 || type == dtype::u8;
-  if (integer_type && !values.integral) return std::nullopt;
+  // Integers are stored from their exact values; anything else that does not fit its dtype
+  // (a fraction for an integer input, 300 for a u8, 1e39 for an f32) is left to decode_predict,
+  // which names it.
+  if (is_integral(type) && !values.integral) return std::nullopt;
   auto t = tensor::empty(values.dims, type);
   if (!t) return std::nullopt;
   auto* dst = static_cast<std::byte*>(t->raw_data());
   const std::size_t item = size_of(type);
   if (type == dtype::f32) {
+    constexpr double largest = std::numeric_limits<float>::max();
     auto* f = reinterpret_cast<float*>(dst);
-    for (std::size_t i = 0; i < values.values.size(); ++i) f[i] = static_cast<float>(values.values[i]);
+    for (std::size_t i = 0; i < values.values.size(); ++i) {
+      if (values.values[i] > largest || values.values[i] < -largest) return std::nullopt;
+      f[i] = static_cast<float>(values.values[i]);
+    }
   } else if (type == dtype::i64) {
     std::memcpy(dst, values.integers.data(), values.integers.size() * sizeof(int64_t));
+  } else if (is_integral(type)) {
+    for (std::size_t i = 0; i < values.integers.size(); ++i)
+      if (!store_integer_if_fits(dst + i * item, type, values.integers[i])) return std::nullopt;
   } else {
-    for (std::size_t i = 0; i < values.values.size(); ++i) store_from_double(dst + i * item, type, values.values[i]);
+    for (std::size_t i = 0; i < values.values.size(); ++i)
+      if (!store_number_if_fits(dst + i * item, type, values.values[i])) return std::nullopt;
   }
   out.inputs.push_back({spec.name, std::move(*t)});
   return out;

@@ -19,13 +19,17 @@ std::string quoted(std::string_view what) { return "input '" + std::string{what}
 // The elements of a typed field converted to T: one value fills all n, otherwise exactly n.
 template <class T, class Field, class Convert>
 expected<tensor> from_typed(const Field& values, const shape& dims, dtype type, std::string_view what,
-                            const char* field_name, Convert convert) {
+                            const char* field_name, std::size_t max_broadcast_bytes, Convert convert) {
   const int64_t n = numel(dims);
   const auto given = static_cast<int64_t>(values.size());
   if (!(given == n || (given == 1 && n > 1)))
     return make_error(errc::invalid_argument, quoted(what) + ": " + std::string{field_name} + " holds " + std::to_string(given) +
                                                   " values for " + std::to_string(n) + " elements of shape " + to_string(dims) +
                                                   " (needs one per element, or one for all)");
+  if (given == 1 && static_cast<uint64_t>(n) > max_broadcast_bytes / sizeof(T))
+    return make_error(errc::invalid_argument, quoted(what) + ": one " + std::string{field_name} + " value would fill " +
+                                                  std::to_string(n) + " elements of shape " + to_string(dims) + ", more than the " +
+                                                  std::to_string(max_broadcast_bytes) + " bytes a request may carry");
   AF_TRY_ASSIGN(tensor out, tensor::empty(dims, type));
   T* dst = static_cast<T*>(out.raw_data());
   for (int64_t i = 0; i < n; ++i) {
@@ -143,7 +147,7 @@ expected<void> to_tensor_proto(const tensor& t, tensorflow::TensorProto& out, te
   return {};
 }
 
-expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::string_view what) {
+expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::string_view what, const tensor_proto_limits& limits) {
   AF_TRY_ASSIGN(const dtype type, from_tf_dtype(proto.dtype(), what));
   if (proto.tensor_shape().unknown_rank())
     return make_error(errc::invalid_argument, quoted(what) + ": a tensor of unknown rank (tensor_shape.unknown_rank)");
@@ -157,6 +161,13 @@ expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::st
       return make_error(errc::invalid_argument, quoted(what) + ": a shape too large to hold");
     n *= d.size();
     dims.push_back(d.size());
+  }
+  if (const auto* spec = limits.spec) {
+    bool fits = type == spec->type.type && dims.size() == spec->type.dims.size();
+    for (std::size_t d = 0; fits && d < dims.size(); ++d) fits = spec->type.dims[d] < 0 || spec->type.dims[d] == dims[d];
+    if (!fits)
+      return make_error(errc::shape_mismatch, quoted(what) + " is " + std::string{to_string(type)} + to_string(dims) +
+                                                    " where the signature takes " + to_string(spec->type));
   }
 
   if (!proto.tensor_content().empty() || n == 0) {
@@ -176,17 +187,17 @@ expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::st
   }
 
   switch (type) {
-    case dtype::f32: return from_typed<float>(proto.float_val(), dims, type, what, "float_val", same<float>);
-    case dtype::f64: return from_typed<double>(proto.double_val(), dims, type, what, "double_val", same<double>);
-    case dtype::i32: return from_typed<int32_t>(proto.int_val(), dims, type, what, "int_val", same<int32_t>);
-    case dtype::i8: return from_typed<int8_t>(proto.int_val(), dims, type, what, "int_val", narrow<int8_t, int32_t>);
-    case dtype::u8: return from_typed<uint8_t>(proto.int_val(), dims, type, what, "int_val", narrow<uint8_t, int32_t>);
-    case dtype::i64: return from_typed<int64_t>(proto.int64_val(), dims, type, what, "int64_val", same<int64_t>);
+    case dtype::f32: return from_typed<float>(proto.float_val(), dims, type, what, "float_val", limits.max_broadcast_bytes, same<float>);
+    case dtype::f64: return from_typed<double>(proto.double_val(), dims, type, what, "double_val", limits.max_broadcast_bytes, same<double>);
+    case dtype::i32: return from_typed<int32_t>(proto.int_val(), dims, type, what, "int_val", limits.max_broadcast_bytes, same<int32_t>);
+    case dtype::i8: return from_typed<int8_t>(proto.int_val(), dims, type, what, "int_val", limits.max_broadcast_bytes, narrow<int8_t, int32_t>);
+    case dtype::u8: return from_typed<uint8_t>(proto.int_val(), dims, type, what, "int_val", limits.max_broadcast_bytes, narrow<uint8_t, int32_t>);
+    case dtype::i64: return from_typed<int64_t>(proto.int64_val(), dims, type, what, "int64_val", limits.max_broadcast_bytes, same<int64_t>);
     case dtype::boolean:
-      return from_typed<uint8_t>(proto.bool_val(), dims, type, what, "bool_val",
+      return from_typed<uint8_t>(proto.bool_val(), dims, type, what, "bool_val", limits.max_broadcast_bytes,
                                  [](bool v) { return std::optional<uint8_t>{static_cast<uint8_t>(v ? 1 : 0)}; });
-    case dtype::f16: return from_typed<half>(proto.half_val(), dims, type, what, "half_val", from_bits<half>);
-    case dtype::bf16: return from_typed<bfloat16>(proto.half_val(), dims, type, what, "half_val", from_bits<bfloat16>);
+    case dtype::f16: return from_typed<half>(proto.half_val(), dims, type, what, "half_val", limits.max_broadcast_bytes, from_bits<half>);
+    case dtype::bf16: return from_typed<bfloat16>(proto.half_val(), dims, type, what, "half_val", limits.max_broadcast_bytes, from_bits<bfloat16>);
   }
   return make_error(errc::unknown_dtype, quoted(what) + ": unknown dtype");
 }

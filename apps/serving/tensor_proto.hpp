@@ -19,6 +19,7 @@
 
 #include "ops/dtype.hpp"
 #include "ops/error.hpp"
+#include "ops/graph/module.hpp"
 #include "ops/shape.hpp"
 #include "ops/tensor.hpp"
 
@@ -50,10 +51,22 @@ enum class tensor_encoding {
 expected<void> to_tensor_proto(const tensor& t, tensorflow::TensorProto& out,
                                tensor_encoding encoding = tensor_encoding::content);
 
+/// What a decoded TensorProto may be, checked on its declared dtype and shape before anything of
+/// its size is allocated: a request cannot make the server allocate more than it sent.
+struct tensor_proto_limits {
+  /// When set, the dtype and shape must fit it (same dtype and rank; its fixed dims equal).
+  const graph::tensor_spec* spec = nullptr;
+  /// The most bytes one value in a typed field may broadcast to (the largest message a client
+  /// could have sent the elements in): one float_val with a declared shape of billions of
+  /// elements is refused, not allocated.
+  std::size_t max_broadcast_bytes = std::size_t{1} << 30;
+};
+
 /// The tensor `proto` holds, in its own fresh storage. Errors name `what` (the input's name):
-/// dtype_mismatch for DT_STRING and other types actorflow lacks; invalid_argument for a negative
-/// or unknown-rank shape, tensor_content whose size is not elements x element size, a typed field
-/// with neither one value nor one per element, or an integer out of its dtype's range.
-expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::string_view what);
+/// dtype_mismatch for DT_STRING and other types actorflow lacks; shape_mismatch for a dtype or
+/// shape that does not fit `limits.spec`; invalid_argument for a negative or unknown-rank shape, tensor_content whose
+/// size is not elements x element size, a typed field with neither one value nor one per element
+/// (or one broadcast past `limits.max_broadcast_bytes`), or an integer out of its dtype's range.
+expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::string_view what, const tensor_proto_limits& limits = {});
 
 }  // namespace af::serving

@@ -8,15 +8,9 @@
 namespace af::serving {
 
 namespace {
-
-// True when `given` fits `spec`: the same rank, and each dimension equal or open (-1).
-bool dims_fit(const shape& given, const shape& spec) {
-  if (given.size() != spec.size()) return false;
-  for (std::size_t d = 0; d < given.size(); ++d)
-    if (spec[d] >= 0 && spec[d] != given[d]) return false;
-  return true;
-}
-
+// One value of a typed field fills at most this many bytes: a record cannot make the loader
+// allocate more than a request body may carry.
+constexpr std::size_t max_warmup_broadcast_bytes = std::size_t{64} << 20;
 }  // namespace
 
 // Records that are not predict logs (classify, regress, multi-inference: TF Serving replays those
@@ -49,17 +43,14 @@ expected<std::vector<std::vector<tensor>>> read_warmup_requests(const std::strin
       if (found == request.inputs().end())
         return make_error(errc::malformed_input, context + ": the request lacks input '" + spec.name + "' of signature '" +
                                                      signature.name + "'");
-      auto value = from_tensor_proto(found->second, spec.name);
+      auto value = from_tensor_proto(found->second, spec.name, {.spec = &spec, .max_broadcast_bytes = max_warmup_broadcast_bytes});
       if (!value) {
-        error e = with_context(std::move(value).error_value(), context);
-        // A dtype actorflow lacks does not fit the signature; anything else is a broken record.
-        e.code = e.code == errc::dtype_mismatch || e.code == errc::unknown_dtype ? errc::invalid_argument : errc::malformed_input;
+        error e = with_context(std::move(value).error_value(), context + " (signature '" + signature.name + "')");
+        // A dtype or shape that does not fit the signature is a mismatch; anything else is a broken record.
+        const bool mismatch = e.code == errc::dtype_mismatch || e.code == errc::unknown_dtype || e.code == errc::shape_mismatch;
+        e.code = mismatch ? errc::invalid_argument : errc::malformed_input;
         return e;
       }
-      if (value->type() != spec.type.type || !dims_fit(value->shape(), spec.type.dims))
-        return make_error(errc::invalid_argument, context + ": input '" + spec.name + "' is " +
-                                                      std::string{to_string(value->type())} + to_string(value->shape()) +
-                                                      " but signature '" + signature.name + "' takes " + to_string(spec.type));
       inputs.push_back(std::move(*value));
     }
     requests.push_back(std::move(inputs));

@@ -173,6 +173,43 @@ TEST_CASE("bad TensorProtos are refused naming the input", "[serving][grpc]") {
   }
 }
 
+TEST_CASE("a TensorProto is checked against the signature and the message size before it is allocated", "[serving][grpc]") {
+  auto declared = [](tensorflow::DataType type, std::vector<int64_t> dims) {
+    tensorflow::TensorProto p;
+    p.set_dtype(type);
+    for (int64_t d : dims) p.mutable_tensor_shape()->add_dim()->set_size(d);
+    return p;
+  };
+  const graph::tensor_spec images{"images", graph::value_type{dtype::f32, {-1, 3}}};
+  auto refusal = [](const tensorflow::TensorProto& p, const tensor_proto_limits& limits) {
+    auto t = from_tensor_proto(p, "images", limits);
+    REQUIRE_FALSE(t);
+    return t.error_value();
+  };
+  // One value declared to fill 2^40 elements: refused from the declared shape.
+  auto broadcast = declared(tensorflow::DT_FLOAT, {int64_t{1} << 38, 4});
+  broadcast.add_float_val(1.0f);
+  const auto huge = refusal(broadcast, {.spec = nullptr, .max_broadcast_bytes = 1 << 20});
+  CHECK(huge.code == errc::invalid_argument);
+  CHECK_THAT(huge.message, Catch::Contains("one float_val value would fill") && Catch::Contains("more than the 1048576 bytes"));
+  // Within the limit, the broadcast still works.
+  auto small = declared(tensorflow::DT_FLOAT, {64, 3});
+  small.add_float_val(2.0f);
+  CHECK(from_tensor_proto(small, "images", {.spec = &images, .max_broadcast_bytes = 1 << 20}));
+  // A shape or dtype the signature does not take, whatever the content.
+  auto wide = declared(tensorflow::DT_FLOAT, {int64_t{1} << 30, 4});
+  wide.add_float_val(1.0f);
+  const auto shape_error = refusal(wide, {.spec = &images});
+  CHECK(shape_error.code == errc::shape_mismatch);
+  CHECK_THAT(shape_error.message, Catch::Contains("input 'images' is f32[1073741824,4] where the signature takes f32[-1,3]"));
+  auto ints = declared(tensorflow::DT_INT32, {1, 3});
+  for (int v : {1, 2, 3}) ints.add_int_val(v);
+  CHECK(refusal(ints, {.spec = &images}).code == errc::shape_mismatch);
+  auto rank = declared(tensorflow::DT_FLOAT, {3});
+  for (float v : {1.0f, 2.0f, 3.0f}) rank.add_float_val(v);
+  CHECK(refusal(rank, {.spec = &images}).code == errc::shape_mismatch);
+}
+
 // -- configuration files ------------------------------------------------------------------------
 
 TEST_CASE("a batching parameters file sets batching_options", "[serving][config]") {
