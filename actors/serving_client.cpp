@@ -22,6 +22,7 @@ struct client::impl {
   caf::actor_system* sys = nullptr;
   caf::actor endpoint;
   std::string where;
+  std::string credential;  // "Bearer <token>", or empty
 
   error name_peer(error e) const {
     if (e.code == errc::peer_down || e.code == errc::io_error) e.message = "serving endpoint " + where + ": " + e.message;
@@ -29,7 +30,8 @@ struct client::impl {
   }
 };
 
-expected<client> client::connect(runtime& rt, const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+expected<client> client::connect(runtime& rt, const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+                                 const std::string& bearer_token) {
   auto& sys = rt.system();
   const std::string where = host + ":" + std::to_string(port);
   if (!sys.has_middleman())
@@ -40,6 +42,14 @@ expected<client> client::connect(runtime& rt, const std::string& host, uint16_t 
   state->sys = &sys;
   state->endpoint = std::move(*remote);
   state->where = where;
+  if (!bearer_token.empty()) state->credential = "Bearer " + bearer_token;
+  // The token is checked once here, so that a wrong one fails at connect time and not at the
+  // first request.
+  caf::scoped_actor self{sys};
+  error refused;
+  self->request(state->endpoint, timeout, serve_hello_atom::value, state->credential)
+      .receive([](bool) {}, [&](caf::error& err) { refused = state->name_peer(from_caf_error(err)); });
+  if (refused) return refused;
   return client{std::move(state)};
 }
 
@@ -52,7 +62,7 @@ expected<client::answer> client::predict(const model_spec& spec, std::vector<nam
                                          std::chrono::milliseconds timeout) const {
   caf::scoped_actor self{*impl_->sys};
   expected<answer> out = make_error(errc::timeout, "no answer");
-  self->request(impl_->endpoint, timeout + reply_margin, serve_predict_atom::value, spec.name, spec.version.value_or(any_version),
+  self->request(impl_->endpoint, timeout + reply_margin, serve_predict_atom::value, impl_->credential, spec.name, spec.version.value_or(any_version),
                 spec.version_label, spec.signature_name, std::move(inputs), static_cast<int64_t>(timeout.count()))
       .receive([&](int64_t version, std::vector<named_tensor>& outputs) { out = answer{version, std::move(outputs)}; },
                [&](caf::error& err) { out = impl_->name_peer(from_caf_error(err)); });
@@ -62,7 +72,7 @@ expected<client::answer> client::predict(const model_spec& spec, std::vector<nam
 expected<std::pair<int64_t, std::vector<graph::signature>>> client::metadata(const model_spec& spec) const {
   caf::scoped_actor self{*impl_->sys};
   expected<std::pair<int64_t, std::vector<graph::signature>>> out = make_error(errc::timeout, "no answer");
-  self->request(impl_->endpoint, metadata_timeout, serve_metadata_atom::value, spec.name, spec.version.value_or(any_version),
+  self->request(impl_->endpoint, metadata_timeout, serve_metadata_atom::value, impl_->credential, spec.name, spec.version.value_or(any_version),
                 spec.version_label)
       .receive(
           [&](int64_t version, std::string& text) {
@@ -77,7 +87,7 @@ expected<std::pair<int64_t, std::vector<graph::signature>>> client::metadata(con
 expected<std::vector<version_status>> client::status(const std::string& model, std::optional<int64_t> version) const {
   caf::scoped_actor self{*impl_->sys};
   expected<std::vector<version_status>> out = make_error(errc::timeout, "no answer");
-  self->request(impl_->endpoint, metadata_timeout, serve_status_atom::value, model, version.value_or(any_version))
+  self->request(impl_->endpoint, metadata_timeout, serve_status_atom::value, impl_->credential, model, version.value_or(any_version))
       .receive([&](std::string& text) { out = decode_statuses(text); },
                [&](caf::error& err) { out = impl_->name_peer(from_caf_error(err)); });
   return out;

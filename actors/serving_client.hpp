@@ -27,10 +27,12 @@ namespace af::serving {
 
 class client {
  public:
-  /// Connects to an endpoint; peer_down or io_error naming host:port when nothing answers there.
-  /// The runtime needs its network (runtime_options::network).
+  /// Connects to an endpoint; peer_down or io_error naming host:port when nothing answers there,
+  /// protocol_violation when the endpoint refuses `bearer_token` (the secret of `actorflow serve
+  /// --bearer_token...`; every request carries it). The runtime needs its network
+  /// (runtime_options::network).
   static expected<client> connect(runtime& rt, const std::string& host, uint16_t port,
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(10), const std::string& bearer_token = {});
   client(client&&) noexcept;
   client& operator=(client&&) noexcept;
   ~client();

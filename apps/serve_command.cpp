@@ -4,17 +4,25 @@
 //                   [--port=8500] [--actor_port=8502] [--enable_batching [--batching_parameters_file=F]]
 //                   [--model_config_file=F] [--file_system_poll_wait_seconds=1]
 //                   [--bind_address=127.0.0.1] [--rest_api_num_threads=N] [--rest_api_timeout_in_ms=MS]
-//                   [--bearer_token=T] [--max_body_bytes=N] [--tensorflow_intra_op_parallelism=N]
+//                   [--bearer_token_file=F | --bearer_token=T] [--max_body_bytes=N] [--tensorflow_intra_op_parallelism=N]
 //
 // Port 0 turns a front end off: REST (--rest_api_port, off by default as in TF Serving), gRPC
 // (--port, 8500 by default) and the CAF actor endpoint for af::serving::client (--actor_port, off
 // by default). Once serving, one line "serving: ready rest=P grpc=Q actor=R" tells scripts the
 // ports (useful with a port of -1: any free port).
+// A bearer token (from --bearer_token_file, or ACTORFLOW_BEARER_TOKEN in the environment, so that
+// the secret is not in `ps`; --bearer_token still works) guards every front end: REST's
+// Authorization header, gRPC's authorization metadata, the actor endpoint's requests.
 // SIGINT / SIGTERM stop the server: it stops accepting, answers what is in flight and exits 0.
 
 #include <algorithm>
 #include <charconv>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
 
 #include <csignal>
 #include <cstdio>
@@ -44,7 +52,8 @@ int usage(FILE* out) {
                "         [--rest_api_port=8501] [--port=8500] [--actor_port=8502] [--bind_address=127.0.0.1]\n"
                "         [--enable_batching [--batching_parameters_file=FILE]] [--file_system_poll_wait_seconds=1]\n"
                "         [--rest_api_num_threads=0 (a thread per core)] [--rest_api_timeout_in_ms=30000] [--grpc_num_threads=0]\n"
-               "         [--bearer_token=TOKEN] [--max_body_bytes=67108864] [--tensorflow_intra_op_parallelism=0]\n"
+               "         [--bearer_token_file=FILE | --bearer_token=TOKEN] [--max_body_bytes=67108864] [--tensorflow_intra_op_parallelism=0]\n"
+               "  the token may also come from the environment: ACTORFLOW_BEARER_TOKEN\n"
                "  a port of -1 picks a free one; 0 turns that front end off\n");
   return out == stderr ? 2 : 0;
 }
@@ -111,6 +120,41 @@ int wait_for_stop_signal() {
   return byte;
 }
 
+// The secret every front end asks for: at most one of the flag, the file and the environment.
+expected<std::string> bearer_token_of(const std::map<std::string, std::string>& flags) {
+  const char* from_env = std::getenv("ACTORFLOW_BEARER_TOKEN");
+  const int given = static_cast<int>(flags.count("bearer_token")) + static_cast<int>(flags.count("bearer_token_file")) +
+                    (from_env && *from_env ? 1 : 0);
+  if (given > 1)
+    return make_error(errc::invalid_argument, "give the bearer token one way: --bearer_token_file, --bearer_token or ACTORFLOW_BEARER_TOKEN");
+  if (auto it = flags.find("bearer_token"); it != flags.end()) {
+    if (it->second.empty()) return make_error(errc::invalid_argument, "--bearer_token is empty");
+    return it->second;
+  }
+  if (auto it = flags.find("bearer_token_file"); it != flags.end()) {
+    std::ifstream in{it->second, std::ios::binary};
+    if (!in) return make_error(errc::io_error, "--bearer_token_file: cannot open " + it->second + ": " + std::strerror(errno));
+    std::string token(4098, '\0');  // read no more than a token can be: the file might be /dev/zero
+    in.read(token.data(), static_cast<std::streamsize>(token.size()));
+    token.resize(static_cast<std::size_t>(in.gcount()));
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    if (token.empty()) return make_error(errc::invalid_argument, "--bearer_token_file: " + it->second + " is empty");
+    if (token.size() > 4096 || token.find_first_of("\r\n") != std::string::npos)
+      return make_error(errc::invalid_argument, "--bearer_token_file: " + it->second + " must hold one line of at most 4096 bytes");
+    return token;
+  }
+  return std::string{from_env ? from_env : ""};
+}
+
+// A server holds a descriptor per connection: raise the soft limit to the hard one, as servers
+// do, rather than refuse connections at the default 1024.
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) std::fprintf(stderr, "actorflow serve: cannot raise the descriptor limit: %s\n", std::strerror(errno));
+}
+
 std::optional<int64_t> parse_integer(const std::string& text) {
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -126,7 +170,8 @@ int run_serve(int argc, char** argv) {
   const std::vector<std::string> known{"model_name", "model_base_path", "model_config_file", "rest_api_port", "port", "actor_port",
                                        "bind_address", "enable_batching", "batching_parameters_file",
                                        "file_system_poll_wait_seconds", "rest_api_num_threads", "rest_api_timeout_in_ms",
-                                       "grpc_num_threads", "bearer_token", "max_body_bytes", "tensorflow_intra_op_parallelism"};
+                                       "grpc_num_threads", "bearer_token", "bearer_token_file", "max_body_bytes",
+                                       "tensorflow_intra_op_parallelism"};
   auto flags = parse_flags(argc, argv, known, booleans);
   if (!flags) return usage(stderr);
   auto flag = [&](const std::string& name, const std::string& fallback = "") {
@@ -184,6 +229,9 @@ int run_serve(int argc, char** argv) {
     return fail("every front end is off: give --rest_api_port, --port or --actor_port");
   options.poll_interval = std::chrono::seconds(*poll);
   const std::string address = flag("bind_address", "127.0.0.1");
+  auto token = bearer_token_of(*flags);
+  if (!token) return fail(token.error_value().message);
+  raise_descriptor_limit();
 
   // SIGINT / SIGTERM may land on any thread (OpenBLAS starts its threads before main): a handler
   // writes the signal to a pipe that this thread waits on.
@@ -219,7 +267,7 @@ int run_serve(int argc, char** argv) {
                                .threads = rest_thread_count,
                                .max_body_bytes = static_cast<std::size_t>(*body_limit),
                                .request_timeout = std::chrono::milliseconds(*rest_timeout),
-                               .bearer_token = flag("bearer_token")};
+                               .bearer_token = *token};
     auto started = serving::http_server::start(**server, metrics, http);
     if (!started) return fail(started.error_value().message);
     rest = std::move(*started);
@@ -229,13 +277,14 @@ int run_serve(int argc, char** argv) {
     const std::string where = address + ":" + std::to_string(*grpc_port < 0 ? 0 : *grpc_port);
     auto started = serving::grpc_server::start(**server, where,
                                                {.threads = grpc_thread_count,
-                                                .max_message_bytes = static_cast<std::size_t>(*body_limit)});
+                                                .max_message_bytes = static_cast<std::size_t>(*body_limit),
+                                                .bearer_token = *token});
     if (!started) return fail(started.error_value().message);
     grpc = std::move(*started);
   }
   std::unique_ptr<serving::actor_endpoint> actors;
   if (*actor_port != 0) {
-    auto started = serving::actor_endpoint::start(rt, **server, address, static_cast<uint16_t>(*actor_port < 0 ? 0 : *actor_port));
+    auto started = serving::actor_endpoint::start(rt, **server, address, static_cast<uint16_t>(*actor_port < 0 ? 0 : *actor_port), *token);
     if (!started) return fail(started.error_value().message);
     actors = std::move(*started);
   }

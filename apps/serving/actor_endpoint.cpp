@@ -15,7 +15,9 @@
 #include "actors/message_types.hpp"
 #include "actors/runtime.hpp"
 #include "actors/serving_protocol.hpp"
+#include "apps/serving/bearer_token.hpp"
 #include "apps/serving/model_server.hpp"
+#include "apps/serving/request_deadline.hpp"
 
 namespace af::serving {
 
@@ -40,14 +42,28 @@ struct endpoint_state {
 // comes back to this actor as a message, which delivers it to the requester (promises are
 // delivered from their actor's own thread). `in_flight` lets the owner wait for those answers.
 caf::behavior endpoint(caf::stateful_actor<endpoint_state>* self, model_server* models,
-                       std::shared_ptr<std::atomic<int64_t>> in_flight) {
+                       std::shared_ptr<std::atomic<int64_t>> in_flight, std::string token) {
+  // Every request is checked, not only the hello (serving_protocol.hpp says why).
+  auto refused = [token](const std::string& credential) -> std::optional<caf::error> {
+    if (token.empty() || bearer_matches(credential, token)) return std::nullopt;
+    return to_caf_error(make_error(errc::protocol_violation, "the serving endpoint wants a bearer token: missing or wrong"));
+  };
   return {
-      [self, models, in_flight](serve_predict_atom, std::string& name, int64_t version, std::string& label, std::string& signature,
-                                std::vector<named_tensor>& inputs, int64_t timeout_ms) {
+      [refused](serve_hello_atom, const std::string& credential) -> caf::result<bool> {
+        if (auto no = refused(credential)) return std::move(*no);
+        return true;
+      },
+      [self, models, in_flight, refused](serve_predict_atom, const std::string& credential, std::string& name, int64_t version,
+                                         std::string& label, std::string& signature, std::vector<named_tensor>& inputs,
+                                         int64_t timeout_ms) {
+        if (auto no = refused(credential)) {
+          self->make_response_promise().deliver(std::move(*no));
+          return;
+        }
         const uint64_t id = self->state.next++;
         self->state.waiting.emplace(id, self->make_response_promise());
         std::optional<clock_type::time_point> deadline;
-        if (timeout_ms > 0) deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+        if (timeout_ms > 0) deadline = deadline_after(timeout_ms);
         in_flight->fetch_add(1);
         models->predict_async(spec_of(std::move(name), version, std::move(label), std::move(signature)), std::move(inputs), deadline,
                               [me = caf::actor{self}, id, in_flight](expected<prediction> answer) {
@@ -74,15 +90,17 @@ caf::behavior endpoint(caf::stateful_actor<endpoint_state>* self, model_server* 
         it->second.deliver(std::move(err));
         self->state.waiting.erase(it);
       },
-      [models](serve_metadata_atom, std::string& name, int64_t version, std::string& label)
+      [models, refused](serve_metadata_atom, const std::string& credential, std::string& name, int64_t version, std::string& label)
           -> caf::result<int64_t, std::string> {
+        if (auto no = refused(credential)) return std::move(*no);
         auto sigs = models->signatures(spec_of(std::move(name), version, std::move(label)));
         if (!sigs) return to_caf_error(sigs.error_value());
         return {sigs->first, encode_signatures(sigs->second)};
       },
       // After the answers ahead of it in the mailbox (an exit message would overtake them).
       [self](close_atom) { self->quit(); },
-      [models](serve_status_atom, std::string& name, int64_t version) -> caf::result<std::string> {
+      [models, refused](serve_status_atom, const std::string& credential, std::string& name, int64_t version) -> caf::result<std::string> {
+        if (auto no = refused(credential)) return std::move(*no);
         auto status = models->status(name, version == any_version ? std::nullopt : std::optional<int64_t>{version});
         if (!status) return to_caf_error(status.error_value());
         return encode_statuses(*status);
@@ -100,12 +118,12 @@ struct actor_endpoint::impl {
 };
 
 expected<std::unique_ptr<actor_endpoint>> actor_endpoint::start(runtime& rt, model_server& models, const std::string& address,
-                                                                uint16_t port) {
+                                                                uint16_t port, std::string bearer_token) {
   auto& sys = rt.system();
   if (!sys.has_middleman()) return make_error(errc::invalid_argument, "actor endpoint: the runtime has no network");
   auto state = std::make_unique<impl>();
   state->sys = &sys;
-  state->actor = sys.spawn(endpoint, &models, state->in_flight);
+  state->actor = sys.spawn(endpoint, &models, state->in_flight, std::move(bearer_token));
   auto published = sys.middleman().publish(state->actor, port, address.c_str(), true);
   if (!published) {
     caf::anon_send_exit(state->actor, caf::exit_reason::user_shutdown);

@@ -10,7 +10,9 @@
 #include <optional>
 #include <set>
 
+#include "apps/serving/bearer_token.hpp"
 #include "apps/serving/model_server.hpp"
+#include "apps/serving/request_deadline.hpp"
 #include "apps/serving/tensor_proto.hpp"
 #include "serialization/saved_model.hpp"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
@@ -64,8 +66,40 @@ model_spec spec_of(const tfs::ModelSpec& proto) {
 std::optional<clock_type::time_point> deadline_of(const grpc::CallbackServerContext& ctx) {
   const auto deadline = ctx.deadline();
   const auto now = std::chrono::system_clock::now();
-  if (deadline - now > std::chrono::hours{24 * 365}) return std::nullopt;
+  // Compared before subtracting: a deadline at either end of the clock's range would overflow.
+  if (deadline <= now) return clock_type::now();
+  if (deadline > now + max_request_timeout) return std::nullopt;
   return clock_type::now() + std::chrono::duration_cast<clock_type::duration>(deadline - now);
+}
+
+// Whether the call carries the token (when one is configured).
+bool authorized(const grpc::CallbackServerContext& ctx, const std::string& token) {
+  if (token.empty()) return true;
+  const auto& metadata = ctx.client_metadata();
+  const auto [first, last] = metadata.equal_range("authorization");
+  for (auto it = first; it != last; ++it)
+    if (bearer_matches({it->second.data(), it->second.size()}, token)) return true;
+  return false;
+}
+
+const grpc::Status unauthenticated{grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token (metadata 'authorization: Bearer ...')"};
+
+// The request's inputs against the signature's, by name: TF Serving's messages for an unknown
+// or a missing one.
+grpc::Status check_input_names(const tfs::PredictRequest& request, const graph::signature& signature) {
+  auto expected_names = [&] {
+    std::string names;
+    for (const auto& spec : signature.inputs) names += (names.empty() ? "" : ",") + spec.name;
+    return "{" + names + "}";
+  };
+  for (const auto& [name, proto] : request.inputs())
+    if (std::none_of(signature.inputs.begin(), signature.inputs.end(), [&](const auto& spec) { return spec.name == name; }))
+      return invalid("input tensor alias not found in signature: " + name + ". Inputs expected to be in the set " + expected_names() + ".");
+  for (const auto& spec : signature.inputs)
+    if (!request.inputs().count(spec.name))
+      return invalid("input tensor alias missing from the request: " + spec.name + ". Inputs expected to be in the set " +
+                     expected_names() + ".");
+  return grpc::Status::OK;
 }
 
 // TF Serving answers an unnamed model so.
@@ -73,11 +107,15 @@ constexpr const char* missing_spec = "Missing ModelSpec";
 
 class prediction_service final : public tfs::PredictionService::CallbackService {
  public:
-  explicit prediction_service(model_server& models) : models_(models) {}
+  prediction_service(model_server& models, const grpc_options& options) : models_(models), options_(options) {}
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const tfs::PredictRequest* request,
                                     tfs::PredictResponse* response) override {
     auto* reactor = ctx->DefaultReactor();
+    if (!authorized(*ctx, options_.bearer_token)) {
+      reactor->Finish(unauthenticated);
+      return reactor;
+    }
     if (!request->has_model_spec() || request->model_spec().name().empty()) {
       reactor->Finish(invalid(missing_spec));
       return reactor;
@@ -88,15 +126,25 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
       reactor->Finish(to_status(admitted.error_value()));
       return reactor;
     }
+    auto signature = models_.find_signature(spec);
+    if (!signature) {
+      reactor->Finish(to_status(signature.error_value()));
+      return reactor;
+    }
+    if (auto names = check_input_names(*request, **signature); !names.ok()) {
+      reactor->Finish(names);
+      return reactor;
+    }
     std::vector<named_tensor> inputs;
     inputs.reserve(request->inputs().size());
-    for (const auto& [name, proto] : request->inputs()) {
-      auto value = from_tensor_proto(proto, name);
+    for (const auto& input_spec : (*signature)->inputs) {
+      auto value = from_tensor_proto(request->inputs().at(input_spec.name), input_spec.name,
+                                     {.spec = &input_spec, .max_broadcast_bytes = options_.max_message_bytes});
       if (!value) {
         reactor->Finish(to_status(value.error_value()));
         return reactor;
       }
-      inputs.push_back({name, std::move(*value)});
+      inputs.push_back({input_spec.name, std::move(*value)});
     }
     // The request and response live until the reactor is done, that is until Finish below.
     models_.predict_async(spec, std::move(inputs), deadline_of(*ctx),
@@ -109,7 +157,7 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
   grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* ctx, const tfs::GetModelMetadataRequest* request,
                                              tfs::GetModelMetadataResponse* response) override {
     auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(metadata(*request, *response));
+    reactor->Finish(authorized(*ctx, options_.bearer_token) ? metadata(*request, *response) : unauthenticated);
     return reactor;
   }
 
@@ -169,22 +217,27 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
   }
 
   model_server& models_;
+  const grpc_options& options_;
 };
 
 class model_service final : public tfs::ModelService::CallbackService {
  public:
-  explicit model_service(model_server& models) : models_(models) {}
+  model_service(model_server& models, const grpc_options& options) : models_(models), options_(options) {}
 
   grpc::ServerUnaryReactor* GetModelStatus(grpc::CallbackServerContext* ctx, const tfs::GetModelStatusRequest* request,
                                            tfs::GetModelStatusResponse* response) override {
     auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(status(*request, *response));
+    reactor->Finish(authorized(*ctx, options_.bearer_token) ? status(*request, *response) : unauthenticated);
     return reactor;
   }
 
   grpc::ServerUnaryReactor* HandleReloadConfigRequest(grpc::CallbackServerContext* ctx, const tfs::ReloadConfigRequest*,
                                                       tfs::ReloadConfigResponse*) override {
     auto* reactor = ctx->DefaultReactor();
+    if (!authorized(*ctx, options_.bearer_token)) {
+      reactor->Finish(unauthenticated);
+      return reactor;
+    }
     reactor->Finish({grpc::StatusCode::UNIMPLEMENTED,
                      "HandleReloadConfigRequest is not supported: restart the server with the new --model_config_file"});
     return reactor;
@@ -215,17 +268,19 @@ class model_service final : public tfs::ModelService::CallbackService {
   }
 
   model_server& models_;
+  const grpc_options& options_;
 };
 
 }  // namespace
 
 struct grpc_server::impl {
+  grpc_options options;  // before the services, which keep a reference to it
   prediction_service predictions;
   model_service management;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 
-  explicit impl(model_server& models) : predictions(models), management(models) {}
+  impl(model_server& models, grpc_options opts) : options(std::move(opts)), predictions(models, options), management(models, options) {}
   ~impl() {
     if (server) {
       server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds{5});
@@ -242,7 +297,7 @@ expected<std::unique_ptr<grpc_server>> grpc_server::start(model_server& models, 
   // lock-order graph updated on every lock and on every mutex's destruction, and gRPC makes and
   // locks several per call. Release builds of Abseil have it off; this process does the same.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  auto state = std::make_unique<impl>(models);
+  auto state = std::make_unique<impl>(models, options);
   grpc::ServerBuilder builder;
   // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port "succeeds",
   // sharing its calls with the first.

@@ -10,6 +10,10 @@
 //   tensorflow.serving.ModelService/HandleReloadConfigRequest, Classify, Regress, MultiInference:
 //                                                          UNIMPLEMENTED
 //
+// A Predict's inputs are checked against the signature by name, dtype and shape before their
+// elements are copied out of the request, and a typed field's single value may not broadcast past
+// max_message_bytes: no call makes the server allocate more than it was sent.
+//
 // Calls use gRPC's callback API: a Predict hands its request to model_server::predict_async and
 // returns its gRPC thread at once; the answer finishes the call from the batcher's thread. So a
 // batch that waits for company blocks no gRPC thread.
@@ -18,7 +22,7 @@
 // dtype_mismatch, unknown_dtype, malformed_input, out_of_range INVALID_ARGUMENT;
 // resource_exhausted and out_of_memory RESOURCE_EXHAUSTED; timeout DEADLINE_EXCEEDED; cancelled
 // CANCELLED; unsupported UNIMPLEMENTED; peer_down UNAVAILABLE; anything else INTERNAL. The message
-// is the error's context.
+// is the error's context. A call without the configured token is UNAUTHENTICATED.
 //
 // gRPC's headers stay in grpc_server.cpp.
 
@@ -39,6 +43,9 @@ struct grpc_options {
   /// The largest request received and response sent, in bytes (gRPC's default is 4 MiB, too small
   /// for image batches); at most INT_MAX.
   std::size_t max_message_bytes = std::size_t{1} << 30;
+  /// When set, every call must carry the metadata `authorization: Bearer <token>` (else
+  /// UNAUTHENTICATED), as REST requests carry the header.
+  std::string bearer_token;
 };
 
 /// gRPC's status code (the numbers of grpc::StatusCode and tensorflow.error.Code) for `code`.

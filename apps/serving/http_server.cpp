@@ -14,6 +14,7 @@
 #include <boost/beast/http.hpp>
 
 #include <array>
+#include <cerrno>
 #include <atomic>
 #include <charconv>
 #include <optional>
@@ -21,7 +22,9 @@
 #include <vector>
 
 #include "apps/serving/metrics.hpp"
+#include "apps/serving/bearer_token.hpp"
 #include "apps/serving/model_server.hpp"
+#include "apps/serving/request_deadline.hpp"
 #include "apps/serving/rest_codec.hpp"
 #include "apps/serving/rest_fast_decode.hpp"
 
@@ -95,12 +98,6 @@ std::optional<model_route> parse_model_path(std::string_view path) {
   return route;
 }
 
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
 struct server_context {
   model_server* models = nullptr;
   std::shared_ptr<serving_metrics> metrics;
@@ -162,73 +159,123 @@ class session : public std::enable_shared_from_this<session> {
 
  private:
   static constexpr std::size_t read_buffer_bytes = 16 * 1024;
+  // The largest body of a refused request read to keep its connection open.
+  static constexpr std::size_t drain_limit_bytes = 64 * 1024;
 
+  // A request is read in two steps: its head, which is screened (token, size, route, admission)
+  // before any of its body is read, then its body.
   void read() {
     parser_.emplace();
     parser_->body_limit(ctx_->options.max_body_bytes);
+    pending_.reset();
     io_started_ = clock_type::now();
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
-  void on_read(beast::error_code ec) {
+  void on_header(beast::error_code ec) {
+    io_started_ = {};
+    if (timed_out_) return;
+    if (ec == http::error::end_of_stream || ec == asio::error::connection_reset) return close();
+    version_ = 11;
+    // Beast checks a declared Content-Length against the body limit as it parses the head.
+    if (ec == http::error::body_limit)
+      return reply(413, encode_error("the request body exceeds " + std::to_string(ctx_->options.max_body_bytes) + " bytes"), false);
+    if (ec) return reply(400, encode_error("malformed HTTP request: " + ec.message()), false);
+    const auto& head = parser_->get();
+    version_ = head.version() == 10 ? 10 : 11;
+    keep_ = head.keep_alive();
+    const auto length = parser_->content_length();
+    if (length && *length > ctx_->options.max_body_bytes)
+      return reply(413, encode_error("the request body of " + std::to_string(*length) + " bytes exceeds " +
+                                     std::to_string(ctx_->options.max_body_bytes)), false);
+    screen(head);
+    if (parser_->is_done()) return on_body({});  // no body
+    if (pending_) {
+      // A refused request's body is read (and dropped) only when it is small, so that the
+      // connection stays usable; a large one is not worth receiving: the connection closes.
+      if (!length || *length > drain_limit_bytes) return reply_pending(false);
+    }
+    io_started_ = clock_type::now();
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code body_ec, std::size_t) { self->on_body(body_ec); });
+  }
+
+  void on_body(beast::error_code ec) {
     io_started_ = {};
     if (timed_out_) return;
     if (ec == http::error::end_of_stream || ec == asio::error::connection_reset) return close();
     if (ec == http::error::body_limit)
       return reply(413, encode_error("the request body exceeds " + std::to_string(ctx_->options.max_body_bytes) + " bytes"), false);
     if (ec) return reply(400, encode_error("malformed HTTP request: " + ec.message()), false);
+    if (pending_) return reply_pending(keep_);
     request_ = parser_->release();
-    handle();
+    predict(std::move(predict_spec_), keep_);
   }
 
-  void handle() {
-    const bool keep = request_.keep_alive();
+  // Decides what the head alone decides: sets pending_ to the answer, or predict_spec_ to the
+  // model a predict goes to (admitted, its body still to be read).
+  void screen(const http::request<http::string_body>& head) {
+    auto refuse = [&](int status, std::string message, bool ask_token = false) {
+      pending_ = pending_reply{status, encode_error(message), ask_token};
+    };
     if (!ctx_->options.bearer_token.empty()) {
-      const auto field = request_[http::field::authorization];
-      const std::string_view auth{field.data(), field.size()};
-      constexpr std::string_view scheme = "Bearer ";
-      if (auth.size() <= scheme.size() || auth.substr(0, scheme.size()) != scheme ||
-          !same_secret(auth.substr(scheme.size()), ctx_->options.bearer_token))
-        return reply(401, encode_error("missing or wrong bearer token"), keep, true);
+      const auto field = head[http::field::authorization];
+      if (!bearer_matches({field.data(), field.size()}, ctx_->options.bearer_token))
+        return refuse(401, "missing or wrong bearer token", true);
     }
-    const std::string_view target{request_.target().data(), request_.target().size()};
+    const std::string_view target{head.target().data(), head.target().size()};
     const std::string_view path = target.substr(0, target.find('?'));
     if (path == "/monitoring/prometheus/metrics") {
-      if (request_.method() != http::verb::get) return reply(405, encode_error("use GET for metrics"), keep);
-      if (!ctx_->metrics) return reply(404, encode_error("metrics are off"), keep);
-      return reply(200, ctx_->metrics->prometheus_text(), keep, false, "text/plain; version=0.0.4");
+      if (head.method() != http::verb::get) return refuse(405, "use GET for metrics");
+      if (!ctx_->metrics) return refuse(404, "metrics are off");
+      pending_ = pending_reply{200, ctx_->metrics->prometheus_text(), false, "text/plain; version=0.0.4"};
+      return;
     }
     auto route = parse_model_path(path);
-    if (!route) return reply(404, encode_error("Malformed request: " + std::string{request_.method_string()} + " " + std::string{path}), keep);
+    if (!route) return refuse(404, "Malformed request: " + std::string{head.method_string()} + " " + std::string{path});
+    auto answer = [&](auto found, auto encode) {
+      if (!found) return refuse(http_status_for(found.error_value().code), found.error_value().message);
+      pending_ = pending_reply{200, encode(*found)};
+    };
     switch (route->what) {
-      case model_route::kind::status: {
-        if (request_.method() != http::verb::get) return reply(405, encode_error("use GET for a model's status"), keep);
-        auto status = ctx_->models->status(route->spec.name, route->spec.version);
-        if (!status) return reply(http_status_for(status.error_value().code), encode_error(status.error_value().message), keep);
-        return reply(200, encode_status(*status), keep);
-      }
-      case model_route::kind::metadata: {
-        if (request_.method() != http::verb::get) return reply(405, encode_error("use GET for a model's metadata"), keep);
-        auto sigs = ctx_->models->signatures(route->spec);
-        if (!sigs) return reply(http_status_for(sigs.error_value().code), encode_error(sigs.error_value().message), keep);
-        return reply(200, encode_metadata(route->spec.name, sigs->first, sigs->second), keep);
-      }
+      case model_route::kind::status:
+        if (head.method() != http::verb::get) return refuse(405, "use GET for a model's status");
+        return answer(ctx_->models->status(route->spec.name, route->spec.version), [](const auto& s) { return encode_status(s); });
+      case model_route::kind::metadata:
+        if (head.method() != http::verb::get) return refuse(405, "use GET for a model's metadata");
+        return answer(ctx_->models->signatures(route->spec),
+                      [&](const auto& sigs) { return encode_metadata(route->spec.name, sigs.first, sigs.second); });
       case model_route::kind::other_method:
-        return reply(400, encode_error("Unsupported method: '" + route->method + "' (this server answers :predict)"), keep);
+        return refuse(400, "Unsupported method: '" + route->method + "' (this server answers :predict)");
       case model_route::kind::predict:
-        if (request_.method() != http::verb::post) return reply(405, encode_error("use POST for :predict"), keep);
-        return predict(std::move(route->spec), keep);
+        break;
     }
+    if (head.method() != http::verb::post) return refuse(405, "use POST for :predict");
+    // A full queue or an unknown model is answered before the body is read or parsed: refusing
+    // must cost far less than serving, or an overloaded server would spend its time parsing
+    // requests it then refuses.
+    if (auto admitted = ctx_->models->admit(route->spec); !admitted)
+      return refuse(http_status_for(admitted.error_value().code), admitted.error_value().message);
+    deadline_.reset();
+    if (ctx_->options.request_timeout.count() > 0) deadline_ = deadline_after(ctx_->options.request_timeout.count());
+    if (auto timeout = head["X-Request-Timeout-Ms"]; !timeout.empty()) {
+      int64_t ms = 0;
+      auto r = std::from_chars(timeout.data(), timeout.data() + timeout.size(), ms);
+      if (r.ec != std::errc{} || r.ptr != timeout.data() + timeout.size() || ms < 0)
+        return refuse(400, "X-Request-Timeout-Ms must be a number of milliseconds, not '" + std::string{timeout} + "'");
+      deadline_ = deadline_after(ms);
+    }
+    predict_spec_ = std::move(route->spec);
+  }
+
+  void reply_pending(bool keep) {
+    auto p = std::move(*pending_);
+    pending_.reset();
+    reply(p.status, std::move(p.body), keep, p.ask_token, p.type);
   }
 
   void predict(model_spec spec, bool keep) {
     auto& models = *ctx_->models;
-    // A full queue or an unknown model is answered before the body is parsed: refusing must cost
-    // far less than serving, or an overloaded server would spend its time parsing requests it then
-    // refuses.
-    if (auto admitted = models.admit(spec); !admitted)
-      return reply(http_status_for(admitted.error_value().code), encode_error(admitted.error_value().message), keep);
     const signature_lookup lookup = [&](const std::string& signature_name) {
       model_spec with = spec;
       with.signature_name = signature_name;
@@ -238,17 +285,9 @@ class session : public std::enable_shared_from_this<session> {
     auto decoded = simple ? expected<rest_predict_request>{std::move(*simple)} : decode_predict(request_.body(), lookup);
     if (!decoded) return reply(http_status_for(decoded.error_value().code), encode_error(decoded.error_value().message), keep);
     spec.signature_name = decoded->signature_name;
-    std::optional<clock_type::time_point> deadline;
-    if (ctx_->options.request_timeout.count() > 0) deadline = clock_type::now() + ctx_->options.request_timeout;
-    if (auto timeout = request_["X-Request-Timeout-Ms"]; !timeout.empty()) {
-      int64_t ms = 0;
-      auto r = std::from_chars(timeout.data(), timeout.data() + timeout.size(), ms);
-      if (r.ec != std::errc{} || ms < 0) return reply(400, encode_error("X-Request-Timeout-Ms must be a number of milliseconds"), keep);
-      deadline = clock_type::now() + std::chrono::milliseconds(ms);
-    }
     const bool row_format = decoded->row_format;
     ctx_->outstanding.fetch_add(1);
-    models.predict_async(spec, std::move(decoded->inputs), deadline,
+    models.predict_async(spec, std::move(decoded->inputs), deadline_,
                          [self = shared_from_this(), keep, row_format](expected<prediction> answer) {
                            // The batcher's thread: encoding waits for the connection's own thread.
                            auto ctx = self->ctx_;
@@ -264,7 +303,7 @@ class session : public std::enable_shared_from_this<session> {
   // gathered write: Beast's serializer walks a buffer-sequence view and a field list it allocates
   // per header, a tenth of a refused request's CPU.
   void reply(int status, std::string body, bool keep, bool ask_token = false, const char* type = "application/json") {
-    const unsigned version = request_.version() == 10 ? 10 : 11;
+    const unsigned version = version_;
     head_.clear();
     head_ += version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
     head_ += std::to_string(status);
@@ -300,6 +339,19 @@ class session : public std::enable_shared_from_this<session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
+  // What the head of the request being read decided: an answer (sent once its small body is
+  // read), or the admitted model and deadline of a predict.
+  struct pending_reply {
+    int status;
+    std::string body;
+    bool ask_token = false;
+    const char* type = "application/json";
+  };
+  std::optional<pending_reply> pending_;
+  model_spec predict_spec_;
+  std::optional<clock_type::time_point> deadline_;
+  unsigned version_ = 11;
+  bool keep_ = true;
   std::string head_, body_;  // the answer being written
   idle_sweeper* sweeper_;
   clock_type::time_point io_started_{};  // when the pending read or write began; zero: none pending
@@ -339,10 +391,22 @@ struct http_server::impl {
   std::vector<std::thread> threads;
   std::size_t next_context = 0;
 
+  // Paces accept() when the process is out of descriptors (or the kernel of memory): the pending
+  // connection stays in the backlog, and accepting again at once would spin a core on EMFILE.
+  std::unique_ptr<asio::steady_timer> accept_pause;
+
   void accept() {
     const std::size_t target = next_context++ % contexts.size();
     acceptor->async_accept(contexts[target]->get_executor(), [this, target](beast::error_code ec, socket_type socket) {
       if (ec == asio::error::operation_aborted) return;
+      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space || ec == asio::error::no_memory ||
+          ec.value() == ENFILE) {
+        accept_pause->expires_after(std::chrono::milliseconds(50));
+        accept_pause->async_wait([this](beast::error_code wait_ec) {
+          if (!wait_ec) accept();
+        });
+        return;
+      }
       if (!ec) {
         if (ctx->connections.load() >= ctx->options.max_connections) {
           beast::error_code ignored;
@@ -367,6 +431,7 @@ expected<std::unique_ptr<http_server>> http_server::start(model_server& models, 
     state->keep_running.push_back(asio::make_work_guard(*state->contexts.back()));
   }
   state->acceptor = std::make_unique<tcp::acceptor>(*state->contexts.front());
+  state->accept_pause = std::make_unique<asio::steady_timer>(*state->contexts.front());
   state->ctx->models = &models;
   state->ctx->metrics = std::move(metrics);
   state->ctx->options = options;
@@ -394,6 +459,7 @@ http_server::~http_server() {
   asio::post(*impl_->contexts.front(), [s = impl_.get()] {
     beast::error_code ignored;
     s->acceptor->close(ignored);
+    s->accept_pause->cancel();
   });
   // Answers on their way are posted to the context: wait for them (the model server answers every
   // request, in the worst case with cancelled), then stop; pending handlers drop their sessions.

@@ -70,6 +70,9 @@ class child_process {
 
   bool started() const noexcept { return pid_ > 0 || exited_; }
 
+  /// The child's process id (-1 when it did not start): for /proc/<pid>/status.
+  pid_t pid() const noexcept { return pid_; }
+
   /// SIGKILL now (a peer that dies); finish() then reports exit code -1.
   void kill() {
     if (pid_ > 0) ::kill(pid_, SIGKILL);
