@@ -4,7 +4,8 @@
 //                   [--port=8500] [--actor_port=8502] [--enable_batching [--batching_parameters_file=F]]
 //                   [--model_config_file=F] [--file_system_poll_wait_seconds=1]
 //                   [--bind_address=127.0.0.1] [--rest_api_num_threads=N] [--rest_api_timeout_in_ms=MS]
-//                   [--bearer_token_file=F | --bearer_token=T] [--max_body_bytes=N] [--tensorflow_intra_op_parallelism=N]
+//                   [--bearer_token_file=F | --bearer_token=T] [--ssl_config_file=F] [--max_body_bytes=N]
+//                   [--tensorflow_intra_op_parallelism=N]
 //
 // Port 0 turns a front end off: REST (--rest_api_port, off by default as in TF Serving), gRPC
 // (--port, 8500 by default) and the CAF actor endpoint for af::serving::client (--actor_port, off
@@ -13,6 +14,7 @@
 // A bearer token (from --bearer_token_file, or ACTORFLOW_BEARER_TOKEN in the environment, so that
 // the secret is not in `ps`; --bearer_token still works) guards every front end: REST's
 // Authorization header, gRPC's authorization metadata, the actor endpoint's requests.
+// --ssl_config_file (TF Serving's SSLConfig text) puts REST and gRPC behind TLS.
 // SIGINT / SIGTERM stop the server: it stops accepting, answers what is in flight and exits 0.
 
 #include <algorithm>
@@ -53,6 +55,7 @@ int usage(FILE* out) {
                "         [--enable_batching [--batching_parameters_file=FILE]] [--file_system_poll_wait_seconds=1]\n"
                "         [--rest_api_num_threads=0 (a thread per core)] [--rest_api_timeout_in_ms=30000] [--grpc_num_threads=0]\n"
                "         [--bearer_token_file=FILE | --bearer_token=TOKEN] [--max_body_bytes=67108864] [--tensorflow_intra_op_parallelism=0]\n"
+               "         [--ssl_config_file=FILE (TLS for REST and gRPC: TF Serving's SSLConfig)]\n"
                "  the token may also come from the environment: ACTORFLOW_BEARER_TOKEN\n"
                "  a port of -1 picks a free one; 0 turns that front end off\n");
   return out == stderr ? 2 : 0;
@@ -170,7 +173,7 @@ int run_serve(int argc, char** argv) {
   const std::vector<std::string> known{"model_name", "model_base_path", "model_config_file", "rest_api_port", "port", "actor_port",
                                        "bind_address", "enable_batching", "batching_parameters_file",
                                        "file_system_poll_wait_seconds", "rest_api_num_threads", "rest_api_timeout_in_ms",
-                                       "grpc_num_threads", "bearer_token", "bearer_token_file", "max_body_bytes",
+                                       "grpc_num_threads", "bearer_token", "bearer_token_file", "ssl_config_file", "max_body_bytes",
                                        "tensorflow_intra_op_parallelism"};
   auto flags = parse_flags(argc, argv, known, booleans);
   if (!flags) return usage(stderr);
@@ -231,6 +234,12 @@ int run_serve(int argc, char** argv) {
   const std::string address = flag("bind_address", "127.0.0.1");
   auto token = bearer_token_of(*flags);
   if (!token) return fail(token.error_value().message);
+  std::optional<serving::tls_config> tls;
+  if (flags->count("ssl_config_file")) {
+    auto read = serving::read_ssl_config(flag("ssl_config_file"));
+    if (!read) return fail(read.error_value().message);
+    tls = std::move(*read);
+  }
   raise_descriptor_limit();
 
   // SIGINT / SIGTERM may land on any thread (OpenBLAS starts its threads before main): a handler
@@ -267,7 +276,8 @@ int run_serve(int argc, char** argv) {
                                .threads = rest_thread_count,
                                .max_body_bytes = static_cast<std::size_t>(*body_limit),
                                .request_timeout = std::chrono::milliseconds(*rest_timeout),
-                               .bearer_token = *token};
+                               .bearer_token = *token,
+                               .tls = tls};
     auto started = serving::http_server::start(**server, metrics, http);
     if (!started) return fail(started.error_value().message);
     rest = std::move(*started);
@@ -278,7 +288,8 @@ int run_serve(int argc, char** argv) {
     auto started = serving::grpc_server::start(**server, where,
                                                {.threads = grpc_thread_count,
                                                 .max_message_bytes = static_cast<std::size_t>(*body_limit),
-                                                .bearer_token = *token});
+                                                .bearer_token = *token,
+                                                .tls = tls});
     if (!started) return fail(started.error_value().message);
     grpc = std::move(*started);
   }

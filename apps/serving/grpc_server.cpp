@@ -271,6 +271,16 @@ class model_service final : public tfs::ModelService::CallbackService {
   const grpc_options& options_;
 };
 
+// Plain TCP, or TLS from the SSLConfig's PEM texts.
+std::shared_ptr<grpc::ServerCredentials> credentials_of(const std::optional<tls_config>& tls) {
+  if (!tls) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl{tls->client_verify ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                                           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE};
+  ssl.pem_root_certs = tls->custom_ca;
+  ssl.pem_key_cert_pairs.push_back({tls->server_key, tls->server_cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
 }  // namespace
 
 struct grpc_server::impl {
@@ -302,7 +312,7 @@ expected<std::unique_ptr<grpc_server>> grpc_server::start(model_server& models, 
   // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port "succeeds",
   // sharing its calls with the first.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &state->port);
+  builder.AddListeningPort(address, credentials_of(options.tls), &state->port);
   builder.RegisterService(&state->predictions);
   builder.RegisterService(&state->management);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
@@ -314,7 +324,8 @@ expected<std::unique_ptr<grpc_server>> grpc_server::start(model_server& models, 
   }
   state->server = builder.BuildAndStart();
   if (!state->server || state->port == 0)
-    return make_error(errc::io_error, "grpc: cannot listen on '" + address + "' (address in use, or not host:port)");
+    return make_error(errc::io_error, "grpc: cannot listen on '" + address + "' (address in use, or not host:port" +
+                                          (options.tls ? "; or the TLS key and certificate do not load)" : ")"));
   return std::unique_ptr<grpc_server>{new grpc_server{std::move(state)}};
 }
 

@@ -28,8 +28,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "apps/serving/tls_config.hpp"
 #include "ops/error.hpp"
 
 namespace af::serving {
@@ -46,6 +48,9 @@ struct grpc_options {
   /// When set, every call must carry the metadata `authorization: Bearer <token>` (else
   /// UNAUTHENTICATED), as REST requests carry the header.
   std::string bearer_token;
+  /// When set, the port speaks TLS only (TF Serving's --ssl_config_file); with client_verify, a
+  /// client without a certificate custom_ca signed cannot complete the handshake.
+  std::optional<tls_config> tls;
 };
 
 /// gRPC's status code (the numbers of grpc::StatusCode and tensorflow.error.Code) for `code`.

@@ -12,6 +12,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <array>
 #include <cerrno>
@@ -19,6 +20,7 @@
 #include <charconv>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "apps/serving/metrics.hpp"
@@ -39,6 +41,7 @@ using tcp = asio::ip::tcp;
 using io_executor = asio::io_context::executor_type;
 using stream_type = beast::basic_stream<tcp, io_executor>;
 using socket_type = stream_type::socket_type;
+using tls_stream_type = beast::ssl_stream<stream_type>;
 
 int http_status_for(errc code) noexcept {
   switch (code) {
@@ -106,9 +109,43 @@ struct server_context {
   // Predictions handed to the model server and not yet posted back: the I/O context must outlive
   // them, since their answers are posted to it.
   std::atomic<std::size_t> outstanding{0};
+  // Set when the server speaks TLS; shared, so that it outlives every session using it.
+  std::shared_ptr<asio::ssl::context> tls;
 };
 
-class session;
+// The server's TLS context from the SSLConfig's PEM texts: TLS 1.2 and later, and with
+// client_verify a certificate signed by custom_ca required of every client.
+expected<std::shared_ptr<asio::ssl::context>> make_tls_context(const tls_config& config) {
+  auto tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  beast::error_code ec;
+  tls->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                       asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
+                   ec);
+  auto failed = [&](const char* what) { return make_error(errc::invalid_argument, std::string{"REST TLS: "} + what + ": " + ec.message()); };
+  if (ec) return failed("cannot set the protocol options");
+  tls->use_certificate_chain(asio::buffer(config.server_cert), ec);
+  if (ec) return failed("server_cert does not load");
+  tls->use_private_key(asio::buffer(config.server_key), asio::ssl::context::pem, ec);
+  if (ec) return failed("server_key does not load");
+  if (!config.custom_ca.empty()) {
+    tls->add_certificate_authority(asio::buffer(config.custom_ca), ec);
+    if (ec) return failed("custom_ca does not load");
+  }
+  if (config.client_verify) {
+    tls->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
+    if (ec) return failed("cannot ask for client certificates");
+  }
+  return tls;
+}
+
+// What the idle sweep needs of a connection, plain or TLS.
+class connection {
+ public:
+  virtual ~connection() = default;
+  // Called by the sweep (the connection's thread): closes a connection whose read or write has
+  // been waiting longer than `timeout`. One waiting for the model is left alone.
+  virtual void close_if_idle(clock_type::time_point now, std::chrono::seconds timeout) = 0;
+};
 
 // The connections of one I/O context, swept once a second for those idle (or stuck writing)
 // longer than the timeout. Per-operation timers cost a timer-queue insertion and removal, and
@@ -117,7 +154,7 @@ class idle_sweeper {
  public:
   idle_sweeper(asio::io_context& context, std::chrono::seconds timeout) : timer_(context), timeout_(timeout) {}
   // On the context's thread only (sessions register in start(), the sweep runs there too).
-  void add(std::weak_ptr<session> s) { sessions_.push_back(std::move(s)); }
+  void add(std::weak_ptr<connection> s) { sessions_.push_back(std::move(s)); }
   void start() { arm(); }
 
  private:
@@ -126,13 +163,18 @@ class idle_sweeper {
 
   asio::steady_timer timer_;
   std::chrono::seconds timeout_;
-  std::vector<std::weak_ptr<session>> sessions_;
+  std::vector<std::weak_ptr<connection>> sessions_;
 };
 
-class session : public std::enable_shared_from_this<session> {
+// One connection; Stream is the plain TCP stream or a TLS stream over it (`tls...` its context).
+template <class Stream>
+class session : public connection, public std::enable_shared_from_this<session<Stream>> {
+  static constexpr bool is_tls = !std::is_same_v<Stream, stream_type>;
+
  public:
-  session(socket_type socket, std::shared_ptr<server_context> ctx, idle_sweeper& sweeper)
-      : stream_(std::move(socket)), ctx_(std::move(ctx)), sweeper_(&sweeper) {
+  template <class... Tls>
+  session(socket_type socket, std::shared_ptr<server_context> ctx, idle_sweeper& sweeper, Tls&... tls)
+      : stream_(std::move(socket), tls...), ctx_(std::move(ctx)), sweeper_(&sweeper) {
     ctx_->connections.fetch_add(1);
     // Beast reads as much as the buffer's spare capacity, and a flat buffer grows only as far as
     // one read asks: left alone it stays at 512 bytes, and a 5 KB request costs ten receive calls.
@@ -141,20 +183,28 @@ class session : public std::enable_shared_from_this<session> {
   ~session() { ctx_->connections.fetch_sub(1); }
 
   void start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
       self->sweeper_->add(self);
-      self->read();
+      if constexpr (is_tls) {
+        // A handshake that stalls is closed by the idle sweep like a stalled read.
+        self->io_started_ = clock_type::now();
+        self->stream_.async_handshake(asio::ssl::stream_base::server, [self](beast::error_code ec) {
+          self->io_started_ = {};
+          if (ec || self->timed_out_) return self->close();
+          self->read();
+        });
+      } else {
+        self->read();
+      }
     });
   }
 
-  // Called by the sweep (the connection's thread): closes a connection whose read or write has
-  // been waiting longer than `timeout`. One waiting for the model is left alone.
-  void close_if_idle(clock_type::time_point now, std::chrono::seconds timeout) {
+  void close_if_idle(clock_type::time_point now, std::chrono::seconds timeout) override {
     if (io_started_ == clock_type::time_point{} || now - io_started_ < timeout) return;
     timed_out_ = true;
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+    socket().shutdown(tcp::socket::shutdown_both, ignored);
+    socket().close(ignored);
   }
 
  private:
@@ -170,7 +220,7 @@ class session : public std::enable_shared_from_this<session> {
     pending_.reset();
     io_started_ = clock_type::now();
     http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+                            [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
@@ -197,7 +247,7 @@ class session : public std::enable_shared_from_this<session> {
       if (!length || *length > drain_limit_bytes) return reply_pending(false);
     }
     io_started_ = clock_type::now();
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code body_ec, std::size_t) { self->on_body(body_ec); });
+    http::async_read(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code body_ec, std::size_t) { self->on_body(body_ec); });
   }
 
   void on_body(beast::error_code ec) {
@@ -288,7 +338,7 @@ class session : public std::enable_shared_from_this<session> {
     const bool row_format = decoded->row_format;
     ctx_->outstanding.fetch_add(1);
     models.predict_async(spec, std::move(decoded->inputs), deadline_,
-                         [self = shared_from_this(), keep, row_format](expected<prediction> answer) {
+                         [self = this->shared_from_this(), keep, row_format](expected<prediction> answer) {
                            // The batcher's thread: encoding waits for the connection's own thread.
                            auto ctx = self->ctx_;
                            asio::post(self->stream_.get_executor(), [self, keep, row_format, answer = std::move(answer)]() mutable {
@@ -322,19 +372,23 @@ class session : public std::enable_shared_from_this<session> {
     body_ = std::move(body);
     io_started_ = clock_type::now();
     const std::array<asio::const_buffer, 2> parts{asio::buffer(head_), asio::buffer(body_)};
-    asio::async_write(stream_, parts, [self = shared_from_this(), keep](beast::error_code ec, std::size_t) {
+    asio::async_write(stream_, parts, [self = this->shared_from_this(), keep](beast::error_code ec, std::size_t) {
       self->io_started_ = {};
       if (ec || !keep || self->timed_out_) return self->close();
       self->read();
     });
   }
 
+  // The TCP side is shut down without TLS's close_notify: every answer carries its length, so a
+  // truncation cannot pass for a whole answer, and no close waits on a peer's close_notify.
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    socket().shutdown(tcp::socket::shutdown_send, ignored);
   }
 
-  stream_type stream_;
+  socket_type& socket() { return beast::get_lowest_layer(stream_).socket(); }
+
+  Stream stream_;
   std::shared_ptr<server_context> ctx_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -369,7 +423,7 @@ void idle_sweeper::arm() {
 
 void idle_sweeper::sweep() {
   const auto now = clock_type::now();
-  std::erase_if(sessions_, [&](const std::weak_ptr<session>& weak) {
+  std::erase_if(sessions_, [&](const std::weak_ptr<connection>& weak) {
     auto s = weak.lock();
     if (!s) return true;
     s->close_if_idle(now, timeout_);
@@ -413,7 +467,10 @@ struct http_server::impl {
           socket.close(ignored);
         } else {
           socket.set_option(tcp::no_delay(true), ec);
-          std::make_shared<session>(std::move(socket), ctx, *sweepers[target])->start();
+          if (ctx->tls)
+            std::make_shared<session<tls_stream_type>>(std::move(socket), ctx, *sweepers[target], *ctx->tls)->start();
+          else
+            std::make_shared<session<stream_type>>(std::move(socket), ctx, *sweepers[target])->start();
         }
       }
       accept();
@@ -435,6 +492,9 @@ expected<std::unique_ptr<http_server>> http_server::start(model_server& models, 
   state->ctx->models = &models;
   state->ctx->metrics = std::move(metrics);
   state->ctx->options = options;
+  if (options.tls) {
+    AF_TRY_ASSIGN(state->ctx->tls, make_tls_context(*options.tls));
+  }
   beast::error_code ec;
   const auto address = asio::ip::make_address(options.address, ec);
   if (ec) return make_error(errc::invalid_argument, "REST: '" + options.address + "' is not an IP address");

@@ -15,8 +15,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "apps/serving/tls_config.hpp"
 #include "ops/error.hpp"
 
 namespace af::serving {
@@ -38,6 +40,8 @@ struct http_options {
   std::chrono::milliseconds request_timeout{0};
   /// When set, every request must carry `Authorization: Bearer <token>` (else 401).
   std::string bearer_token;
+  /// When set, the port speaks HTTPS only (the same SSLConfig as gRPC's).
+  std::optional<tls_config> tls;
 };
 
 /// The HTTP status TF Serving answers an error with.
@@ -46,7 +50,7 @@ int http_status_for(errc code) noexcept;
 class http_server {
  public:
   /// Listens and serves on its own threads until destroyed. io_error naming the address when it
-  /// cannot bind. `metrics` may be null (then /monitoring answers 404).
+  /// cannot bind; invalid_argument naming the field when options.tls does not load. `metrics` may be null (then /monitoring answers 404).
   static expected<std::unique_ptr<http_server>> start(model_server& models, std::shared_ptr<serving_metrics> metrics,
                                                       http_options options);
   ~http_server();

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "tensorflow_serving/config/model_server_config.pb.h"
+#include "tensorflow_serving/config/ssl_config.pb.h"
 #include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
 
 namespace af::serving {
@@ -39,18 +39,29 @@ class first_error_collector : public pb::io::ErrorCollector {
   error error_;
 };
 
-// `message` read from the text file `path`; `locations` learns where each field was written.
-expected<void> parse_text_file(const std::string& path, pb::Message& message, pb::TextFormat::ParseInfoTree& locations) {
+// The text of a configuration file, refused past max_config_file_bytes (a config that large is
+// not one: the size of what is read stays bounded whatever the path names).
+expected<std::string> read_config_text(const std::string& path) {
   std::ifstream in{path, std::ios::binary};
   if (!in) return make_error(errc::io_error, path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text(max_config_file_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) return make_error(errc::io_error, path + ": cannot read: " + std::strerror(errno));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > max_config_file_bytes)
+    return make_error(errc::invalid_argument, path + ": larger than " + std::to_string(max_config_file_bytes) + " bytes");
+  return text;
+}
+
+// `message` parsed from `text` (named `path` in errors); `locations` learns where each field was
+// written. protobuf's text parser bounds nesting itself (100 levels).
+expected<void> parse_text(const std::string& text, const std::string& path, pb::Message& message,
+                          pb::TextFormat::ParseInfoTree& locations) {
   first_error_collector errors{path};
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(&locations);
-  if (!parser.ParseFromString(text.str(), &message)) return errors.take();
+  if (!parser.ParseFromString(text, &message)) return errors.take();
   return {};
 }
 
@@ -69,9 +80,14 @@ error invalid(const std::string& path, pb::TextFormat::ParseLocation loc, const 
 }  // namespace
 
 expected<batching_options> read_batching_parameters(const std::string& path) {
+  AF_TRY_ASSIGN(auto text, read_config_text(path));
+  return parse_batching_parameters(text, path);
+}
+
+expected<batching_options> parse_batching_parameters(const std::string& text, const std::string& path) {
   tensorflow::serving::BatchingParameters params;
   pb::TextFormat::ParseInfoTree tree;
-  AF_TRY(parse_text_file(path, params, tree));
+  AF_TRY(parse_text(text, path, params, tree));
   auto at = [&](const char* name, int index = 0) { return location_of(&tree, params, name, index); };
 
   batching_options options;
@@ -122,9 +138,14 @@ expected<batching_options> read_batching_parameters(const std::string& path) {
 }
 
 expected<std::vector<model_config>> read_model_config(const std::string& path) {
+  AF_TRY_ASSIGN(auto text, read_config_text(path));
+  return parse_model_config(text, path);
+}
+
+expected<std::vector<model_config>> parse_model_config(const std::string& text, const std::string& path) {
   tensorflow::serving::ModelServerConfig config;
   pb::TextFormat::ParseInfoTree tree;
-  AF_TRY(parse_text_file(path, config, tree));
+  AF_TRY(parse_text(text, path, config, tree));
   if (!config.has_model_config_list() || config.model_config_list().config_size() == 0)
     return make_error(errc::invalid_argument, path + ": lists no models (expected model_config_list { config { ... } })");
 
@@ -178,6 +199,32 @@ expected<std::vector<model_config>> read_model_config(const std::string& path) {
     out.push_back(std::move(model));
   }
   return out;
+}
+
+expected<tls_config> read_ssl_config(const std::string& path) {
+  AF_TRY_ASSIGN(auto text, read_config_text(path));
+  return parse_ssl_config(text, path);
+}
+
+expected<tls_config> parse_ssl_config(const std::string& text, const std::string& path) {
+  tensorflow::serving::SSLConfig config;
+  pb::TextFormat::ParseInfoTree tree;
+  AF_TRY(parse_text(text, path, config, tree));
+  auto at = [&](const char* name) { return location_of(&tree, config, name); };
+  // The fields hold PEM texts; a path there is the most likely mistake, so it is named.
+  auto pem = [&](const char* name, const std::string& value) -> error {
+    if (value.empty()) return invalid(path, at(name), std::string{name} + " is missing (the PEM text itself, not a path)");
+    if (value.find("-----BEGIN ") == std::string::npos)
+      return invalid(path, at(name), std::string{name} + " is not PEM text (it holds the key or certificate itself, not a path)");
+    return {};
+  };
+  if (auto e = pem("server_key", config.server_key())) return e;
+  if (auto e = pem("server_cert", config.server_cert())) return e;
+  if (!config.custom_ca().empty())
+    if (auto e = pem("custom_ca", config.custom_ca())) return e;
+  if (config.client_verify() && config.custom_ca().empty())
+    return invalid(path, at("client_verify"), "client_verify needs custom_ca, the authority client certificates are checked against");
+  return tls_config{config.server_key(), config.server_cert(), config.custom_ca(), config.client_verify()};
 }
 
 }  // namespace af::serving

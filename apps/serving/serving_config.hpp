@@ -10,6 +10,9 @@
 //       allowed_batch_sizes: 8
 //       allowed_batch_sizes: 32
 //       pad_variable_length_inputs: true
+//   --ssl_config_file            an SSLConfig message (PEM texts)
+//       server_key: "-----BEGIN PRIVATE KEY-----\n..."  server_cert: "-----BEGIN CERTIFICATE-----\n..."
+//       custom_ca: "..."  client_verify: true
 //   --model_config_file          a ModelServerConfig message
 //       model_config_list {
 //         config {
@@ -27,6 +30,7 @@
 
 #include "actors/batching.hpp"
 #include "apps/serving/model_server.hpp"
+#include "apps/serving/tls_config.hpp"
 #include "ops/error.hpp"
 
 namespace af::serving {
@@ -37,11 +41,24 @@ namespace af::serving {
 /// the key). Checked: every count at least 1, batch_timeout_micros at least 0, allowed_batch_sizes
 /// ascending with the last equal to max_batch_size. io_error when the file cannot be read.
 expected<batching_options> read_batching_parameters(const std::string& path);
+/// The same from the file's text; `path` only names it in errors.
+expected<batching_options> parse_batching_parameters(const std::string& text, const std::string& path);
 
 /// The models a ModelServerConfig file lists (its model_config_list). Checked: names unique and
 /// not empty, base_path not empty, model_platform empty, "tensorflow" or "actorflow", versions
 /// and label targets not negative, a specific policy with at least one version. latest with
 /// num_versions 0 (or unset) serves one version, as in TF Serving.
 expected<std::vector<model_config>> read_model_config(const std::string& path);
+/// The same from the file's text; `path` only names it in errors.
+expected<std::vector<model_config>> parse_model_config(const std::string& text, const std::string& path);
+
+/// TLS settings from an SSLConfig file (--ssl_config_file). Checked: server_key and server_cert
+/// present and PEM-looking; client_verify only with a custom_ca to verify against.
+expected<tls_config> read_ssl_config(const std::string& path);
+/// The same from the file's text; `path` only names it in errors.
+expected<tls_config> parse_ssl_config(const std::string& text, const std::string& path);
+
+/// The largest configuration file read (anything larger is refused, naming the file).
+inline constexpr std::size_t max_config_file_bytes = 16u << 20;
 
 }  // namespace af::serving

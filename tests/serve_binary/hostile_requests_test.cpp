@@ -9,17 +9,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <fstream>
-#include <regex>
 #include <string>
 
-#include "../serving/serving_fixtures.hpp"
-#include "../support/child_process.hpp"
-#include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
 #include "actors/serving_client.hpp"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
+#include "served_binary.hpp"
 
 using namespace af;
 using namespace af::testing;
@@ -27,66 +23,10 @@ namespace tfs = tensorflow::serving;
 
 namespace {
 
-constexpr const char* token = "s3cret-token";
-const std::string auth_header = std::string{"Authorization: Bearer "} + token + "\r\n";
+const std::string auth_header = std::string{"Authorization: Bearer "} + served::token + "\r\n";
 const std::string valid_body = R"({"instances": [[1.0, 2.0, 3.0, 4.0]]})";
 
-struct served {
-  scratch_dir dir{"af_hostile"};
-  std::unique_ptr<child_process> server;
-  int rest = 0, grpc = 0, actor = 0;
-
-  served() {
-    save_version(dir.path / "models" / "dense", 1, 7);
-    std::ofstream{dir.path / "token"} << token << "\n";
-    server = std::make_unique<child_process>(
-        std::vector<std::string>{AF_ACTORFLOW_PATH, "serve", "--model_name=dense",
-                                 "--model_base_path=" + (dir.path / "models" / "dense").string(), "--rest_api_port=-1", "--port=-1",
-                                 "--actor_port=-1", "--bearer_token_file=" + (dir.path / "token").string(),
-                                 "--max_body_bytes=1048576", "--file_system_poll_wait_seconds=0", "--tensorflow_intra_op_parallelism=1"},
-        dir.path);
-    for (;;) {
-      auto line = server->read_line(std::chrono::seconds(120));
-      REQUIRE(line);
-      std::smatch m;
-      if (std::regex_search(*line, m, std::regex{R"(serving: ready rest=(\d+) grpc=(\d+) actor=(\d+))"})) {
-        rest = std::stoi(m[1]), grpc = std::stoi(m[2]), actor = std::stoi(m[3]);
-        break;
-      }
-    }
-  }
-
-  // The server's peak resident memory so far (VmHWM), in KiB.
-  long peak_rss_kib() const {
-    std::ifstream status{"/proc/" + std::to_string(server->pid()) + "/status"};
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
-    return -1;
-  }
-
-  bool alive() const { return ::kill(server->pid(), 0) == 0; }
-};
-
 std::string error_of(const http_answer& a) { return a.body; }
-
-// Sends `bytes` on a fresh connection and returns what the server answers before it closes (or
-// goes quiet for 10 s): for requests whose body is never sent.
-std::string send_raw(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  timeval quiet{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &quiet, sizeof quiet);
-  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return out;
-}
 
 tfs::PredictRequest predict_request(tensorflow::TensorProto x) {
   tfs::PredictRequest request;
@@ -106,7 +46,7 @@ tensorflow::TensorProto float_tensor(std::vector<int64_t> dims, std::vector<floa
 grpc::Status call(tfs::PredictionService::Stub& stub, const tfs::PredictRequest& request, bool with_token = true) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  if (with_token) ctx.AddMetadata("authorization", std::string{"Bearer "} + token);
+  if (with_token) ctx.AddMetadata("authorization", std::string{"Bearer "} + served::token);
   tfs::PredictResponse response;
   return stub.Predict(&ctx, request, &response);
 }
@@ -212,8 +152,7 @@ TEST_CASE("actorflow serve survives hostile REST and gRPC requests and still ans
   const long rss_after = s.peak_rss_kib();
   INFO("peak RSS before " << rss_before << " KiB, after " << rss_after << " KiB");
   CHECK(rss_after - rss_before < 256 * 1024);
-  s.server->signal(SIGTERM);
-  CHECK(s.server->finish(std::chrono::seconds(30)).exit_code == 0);
+  CHECK(s.stop() == 0);
 }
 
 TEST_CASE("with a token, every front end of actorflow serve refuses a caller without it", "[serve][auth]") {
@@ -257,11 +196,10 @@ TEST_CASE("with a token, every front end of actorflow serve refuses a caller wit
   auto without = serving::client::connect(rt, "127.0.0.1", static_cast<uint16_t>(s.actor), std::chrono::seconds(10));
   REQUIRE_FALSE(without);
   CHECK(without.error_value().code == errc::protocol_violation);
-  auto with = serving::client::connect(rt, "127.0.0.1", static_cast<uint16_t>(s.actor), std::chrono::seconds(10), token);
+  auto with = serving::client::connect(rt, "127.0.0.1", static_cast<uint16_t>(s.actor), std::chrono::seconds(10), served::token);
   REQUIRE(with);
   auto answer = with->predict({.name = "dense"}, {{"x", tensor::from_vector<float>({1, 2, 3, 4}, {1, 4})}});
   REQUIRE(answer);
   CHECK(answer->outputs.at(0).value.dim(1) == 3);
-  s.server->signal(SIGTERM);
-  CHECK(s.server->finish(std::chrono::seconds(30)).exit_code == 0);
+  CHECK(s.stop() == 0);
 }
