@@ -265,8 +265,9 @@ expected<rest_predict_request> decode_predict(std::string_view body, const signa
           if (!instances[i].contains(spec.name))
             return make_error(errc::invalid_argument, "instances[" + std::to_string(i) + "] lacks input '" + spec.name + "'");
         if (instances[i].size() != specs.size())
-          for (const auto& [key, value] : instances[i].items())
-            if (std::none_of(specs.begin(), specs.end(), [&](const graph::tensor_spec& s) { return s.name == key; }))
+          for (const auto& item : instances[i].items())
+            if (const std::string& key = item.key();
+                std::none_of(specs.begin(), specs.end(), [&](const graph::tensor_spec& s) { return s.name == key; }))
               return make_error(errc::invalid_argument, "instances[" + std::to_string(i) + "] names '" + key +
                                                             "', which is not an input of the signature");
       }
@@ -293,8 +294,9 @@ expected<rest_predict_request> decode_predict(std::string_view body, const signa
     AF_TRY_ASSIGN(auto t, decode_column(*it, spec, "inputs['" + spec.name + "']", body.size()));
     out.inputs.push_back({spec.name, std::move(t)});
   }
-  for (const auto& [key, value] : inputs.items())
-    if (std::none_of(specs.begin(), specs.end(), [&](const graph::tensor_spec& s) { return s.name == key; }))
+  for (const auto& item : inputs.items())
+    if (const std::string& key = item.key();
+        std::none_of(specs.begin(), specs.end(), [&](const graph::tensor_spec& s) { return s.name == key; }))
       return make_error(errc::invalid_argument, "'inputs' names '" + key + "', which is not an input of the signature");
   return out;
 }
