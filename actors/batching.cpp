@@ -171,10 +171,18 @@ error check_request(const intake& in, const std::vector<tensor>& inputs, int64_t
                                                     std::to_string(rows));
   }
   if (rows < 1) return make_error(errc::invalid_argument, "a request without rows");
-  if (static_cast<std::size_t>(rows) > in.options.max_batch_size)
+  // Without batching a request is its own batch, of any size (TF Serving caps none).
+  if (in.options.join_requests && static_cast<std::size_t>(rows) > in.options.max_batch_size)
     return make_error(errc::invalid_argument, std::to_string(rows) + " rows exceed max_batch_size " +
                                                   std::to_string(in.options.max_batch_size));
   return {};
+}
+
+// Whether `rows` more would overflow a queue holding `waiting` of `capacity`. A request larger
+// than the whole queue (possible only without batching, where requests are not capped) goes in
+// when the queue is empty: memory stays bounded by the queue plus one request.
+bool over_capacity(std::size_t waiting, std::size_t rows, std::size_t capacity) {
+  return waiting > 0 && waiting + rows > capacity;
 }
 
 // The queue's depth, for the front ends' admission check.
@@ -333,7 +341,7 @@ void run_batch(batcher_actor* self, std::vector<waiting_request> requests, std::
   shared_counters::add(c.batches, 1);
   shared_counters::add(c.rows, rows);
   shared_counters::add(c.padded_rows, size - rows);
-  shared_counters::add(c.batch_sizes[rows], 1);
+  shared_counters::add(c.batch_sizes[std::min(rows, c.batch_sizes.size() - 1)], 1);
   const int64_t started = now_ns();
   self->request(slot.actor, caf::infinite, run_batch_atom::value, std::move(*inputs))
       .then([self, id, replica, started](std::vector<tensor>& out) { finish_batch(self, id, replica, std::move(out), started); },
@@ -388,8 +396,11 @@ void try_dispatch(batcher_actor* self) {
     if (!full && !waited) break;
     std::vector<waiting_request> batch;
     std::size_t rows = 0;
-    while (!st.queue.empty() && rows + static_cast<std::size_t>(st.queue.front().rows) <= st.in->options.max_batch_size &&
-           (batch.empty() || st.in->options.pad_variable_length_inputs || same_row_dims(batch.front(), st.queue.front()))) {
+    // The first request always goes (without batching it may exceed max_batch_size); later ones
+    // join while they fit.
+    while (!st.queue.empty() &&
+           (batch.empty() || (rows + static_cast<std::size_t>(st.queue.front().rows) <= st.in->options.max_batch_size &&
+                              (st.in->options.pad_variable_length_inputs || same_row_dims(batch.front(), st.queue.front()))))) {
       rows += static_cast<std::size_t>(st.queue.front().rows);
       st.queued_rows -= static_cast<std::size_t>(st.queue.front().rows);
       batch.push_back(std::move(st.queue.front()));
@@ -444,7 +455,7 @@ void enqueue(batcher_actor* self, waiting_request r) {
     if (auto bad = check_request(*s.in, r.inputs, r.rows)) return answer_error(r, bad);
   if (refused_as_late(r, *s.counters)) return;
   const std::size_t capacity = s.in->options.max_enqueued_batches * s.in->options.max_batch_size;
-  if (s.queued_rows + s.pipelined_rows + static_cast<std::size_t>(r.rows) > capacity) {
+  if (over_capacity(s.queued_rows + s.pipelined_rows, static_cast<std::size_t>(r.rows), capacity)) {
     shared_counters::add(s.counters->refused_full, 1);
     return answer_error(r, queue_full(s.queued_rows + s.pipelined_rows, capacity));
   }
@@ -613,7 +624,7 @@ void batching_queue::predict_async(std::vector<tensor> inputs, std::optional<clo
       return answer_error(r, make_error(errc::cancelled, "the batching queue was shut down"));
     }
     const std::size_t waiting = counters.queued_rows.load(std::memory_order_relaxed) + in.rows;
-    if (waiting + static_cast<std::size_t>(r.rows) > impl_->capacity_rows) {
+    if (over_capacity(waiting, static_cast<std::size_t>(r.rows), impl_->capacity_rows)) {
       lock.unlock();
       shared_counters::add(counters.refused_full, 1);
       return answer_error(r, queue_full(waiting, impl_->capacity_rows));

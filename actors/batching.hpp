@@ -42,8 +42,9 @@ struct batching_options {
   /// Ascending; a batch is padded with zero rows to the first that holds it (the last must equal
   /// max_batch_size). Empty: batches run at their own size.
   std::vector<std::size_t> allowed_batch_sizes;
-  /// false: every request runs as its own batch, at once (batching off; the queue, its bound and
-  /// the replicas stay).
+  /// false: every request runs as its own batch, at once, of any number of rows (batching off; the
+  /// queue, its bound and the replicas stay; a request larger than the queue goes in when it is
+  /// empty).
   bool join_requests = true;
   /// Requests whose inputs differ in a dimension the signature leaves open (-1 after the rows)
   /// join one batch, each padded with zeros at the end to the batch's largest. Without it, a
@@ -74,7 +75,9 @@ struct batching_stats {
   uint64_t failed = 0;             ///< the batch function's errors, per request
   uint64_t sent_ahead = 0;         ///< full batches handed to a replica while it ran another
   uint64_t wakeups = 0;            ///< messages predict_async sent the batcher (it found the other requests waiting)
-  std::vector<uint64_t> batch_sizes;  ///< [n]: batches of n real rows (size max_batch_size + 1)
+  /// [n]: batches of n real rows (size max_batch_size + 1; without batching, the last also counts
+  /// requests of more rows, which are not capped then).
+  std::vector<uint64_t> batch_sizes;
 };
 
 using clock_type = std::chrono::steady_clock;

@@ -291,6 +291,23 @@ TEST_CASE("a full batch waits in a busy replica's mailbox, counted as enqueued, 
   CHECK(model->batch_rows == std::vector<int64_t>{1, 1, 2, 2});  // warm-up, 1, 3, then 4 and 5 joined
 }
 
+TEST_CASE("without batching a request of any size runs alone, even one larger than the queue", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto q = batching_queue::start(rt, [](const std::vector<tensor>& in) -> expected<std::vector<tensor>> { return in; },
+                                 {.max_batch_size = 4, .batch_timeout = 0ms, .max_enqueued_batches = 2, .join_requests = false},
+                                 one_input);
+  REQUIRE(q);
+  REQUIRE(q->capacity_rows() == 8);
+  auto big = tensor::zeros({33, 2}, dtype::f32).value();
+  auto y = q->predict({big});
+  REQUIRE(y);
+  CHECK((*y)[0].dim(0) == 33);
+  const auto stats = q->stats();
+  CHECK(stats.batches == 1);
+  CHECK(stats.rows == 33);
+  CHECK(stats.batch_sizes.back() == 1);  // counted in the last bucket: "max_batch_size or more"
+}
+
 TEST_CASE("bad requests and a failing model are named, and shutting down answers what waits", "[batching]") {
   runtime rt{{.scheduler_threads = 2}};
   auto failing = batching_queue::start(

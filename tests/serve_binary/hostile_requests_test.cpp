@@ -9,6 +9,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <string>
 
 #include "actors/runtime.hpp"
@@ -62,6 +63,12 @@ TEST_CASE("actorflow serve survives hostile REST and gRPC requests and still ans
     return rest.request("POST", "/v1/models/dense:predict", body, auth_header + headers);
   };
   REQUIRE(post(valid_body).status == 200);
+  // Without batching, no row cap (as in TF Serving): 100 rows are one request's right.
+  std::string hundred = R"({"instances": [)";
+  for (int i = 0; i < 100; ++i) hundred += std::string{i ? "," : ""} + "[1, 2, 3, 4]";
+  auto many = post(hundred + "]}");
+  CHECK(many.status == 200);
+  CHECK(std::count(many.body.begin(), many.body.end(), '[') == 101);
 
   SECTION("REST") {
     // Arrays nested 100,000 deep: refused by name, in both the fast and the general decoder.
