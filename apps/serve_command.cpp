@@ -57,6 +57,7 @@ int usage(FILE* out) {
                "         [--bearer_token_file=FILE | --bearer_token=TOKEN] [--max_body_bytes=67108864] [--tensorflow_intra_op_parallelism=0]\n"
                "         [--ssl_config_file=FILE (TLS for REST and gRPC: TF Serving's SSLConfig)]\n"
                "  the token may also come from the environment: ACTORFLOW_BEARER_TOKEN\n"
+               "  TF Serving's other flags (--enable_model_warmup, --num_load_threads, ...) are accepted with a warning\n"
                "  a port of -1 picks a free one; 0 turns that front end off\n");
   return out == stderr ? 2 : 0;
 }
@@ -165,18 +166,44 @@ std::optional<int64_t> parse_integer(const std::string& text) {
   return value;
 }
 
+// TF Serving's flags that this server takes without acting on them, so that a launch script
+// written for tensorflow_model_server keeps working: each given is named in a warning. The first
+// list are its boolean flags (given bare, as `--flag`).
+const std::vector<std::string> tf_serving_switches_ignored{
+    "rest_api_enable_cors_support", "allow_version_labels_for_unavailable_models", "enable_per_model_batching_parameters",
+    "flush_filesystem_caches", "use_alts_credentials", "enable_model_warmup", "remove_unused_fields_from_bundle_metagraph",
+    "prefer_tflite_model", "enable_signature_method_name_check", "xla_cpu_compilation_enabled", "enable_profiler",
+    "skip_initialize_tpu", "enable_grpc_healthcheck_service"};
+const std::vector<std::string> tf_serving_flags_ignored{
+    "grpc_socket_path", "num_load_threads", "num_unload_threads", "max_num_load_retries", "load_retry_interval_micros",
+    "tensorflow_session_parallelism", "tensorflow_inter_op_parallelism", "tensorflow_session_config_file", "platform_config_file",
+    "per_process_gpu_memory_fraction", "saved_model_tags", "num_request_iterations_for_warmup", "num_tflite_pools",
+    "num_tflite_interpreters_per_pool", "thread_pool_factory_config_file", "mixed_precision",
+    "model_config_file_poll_wait_seconds", "monitoring_config_file", "grpc_channel_arguments"};
+
 }  // namespace
 
 int run_serve(int argc, char** argv) {
   if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) return usage(stdout);
-  const std::vector<std::string> booleans{"enable_batching"};
-  const std::vector<std::string> known{"model_name", "model_base_path", "model_config_file", "rest_api_port", "port", "actor_port",
-                                       "bind_address", "enable_batching", "batching_parameters_file",
-                                       "file_system_poll_wait_seconds", "rest_api_num_threads", "rest_api_timeout_in_ms",
-                                       "grpc_num_threads", "bearer_token", "bearer_token_file", "ssl_config_file", "max_body_bytes",
-                                       "tensorflow_intra_op_parallelism"};
+  std::vector<std::string> booleans{"enable_batching"};
+  std::vector<std::string> known{"model_name", "model_base_path", "model_config_file", "rest_api_port", "port", "actor_port",
+                                 "bind_address", "enable_batching", "batching_parameters_file",
+                                 "file_system_poll_wait_seconds", "rest_api_num_threads", "rest_api_timeout_in_ms",
+                                 "grpc_num_threads", "grpc_max_threads", "bearer_token", "bearer_token_file", "ssl_config_file",
+                                 "max_body_bytes", "tensorflow_intra_op_parallelism"};
+  booleans.insert(booleans.end(), tf_serving_switches_ignored.begin(), tf_serving_switches_ignored.end());
+  known.insert(known.end(), tf_serving_switches_ignored.begin(), tf_serving_switches_ignored.end());
+  known.insert(known.end(), tf_serving_flags_ignored.begin(), tf_serving_flags_ignored.end());
   auto flags = parse_flags(argc, argv, known, booleans);
   if (!flags) return usage(stderr);
+  for (const auto& [name, value] : *flags)
+    if (std::find(tf_serving_switches_ignored.begin(), tf_serving_switches_ignored.end(), name) != tf_serving_switches_ignored.end() ||
+        std::find(tf_serving_flags_ignored.begin(), tf_serving_flags_ignored.end(), name) != tf_serving_flags_ignored.end())
+      std::fprintf(stderr, "actorflow serve: warning: --%s=%s is TF Serving's and is accepted without effect here\n", name.c_str(),
+                   value.c_str());
+  if (flags->count("grpc_max_threads") && flags->count("grpc_num_threads"))
+    return fail("--grpc_max_threads (TF Serving's name) and --grpc_num_threads are one setting: give one");
+  if (auto it = flags->find("grpc_max_threads"); it != flags->end()) (*flags)["grpc_num_threads"] = it->second;
   auto flag = [&](const std::string& name, const std::string& fallback = "") {
     auto it = flags->find(name);
     return it == flags->end() ? fallback : it->second;

@@ -57,7 +57,10 @@ TEST_CASE("actorflow serve starts on TF Serving's flags and stops cleanly on SIG
   }
   child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_name=dense", "--model_base_path=" + (cwd.path / "models" / "dense").string(),
                         "--rest_api_port=-1", "--port=-1", "--enable_batching", "--batching_parameters_file=batching.txt",
-                        "--file_system_poll_wait_seconds=0", "--tensorflow_intra_op_parallelism=1"},
+                        "--file_system_poll_wait_seconds=0", "--tensorflow_intra_op_parallelism=1",
+                        // TF Serving's flags this server does not act on: accepted, each named in a warning.
+                        "--enable_model_warmup", "--num_load_threads=4", "--grpc_channel_arguments=grpc.max_connection_age_ms=1000",
+                        "--grpc_max_threads=3"},
                        cwd.path};
   const ports p = wait_ready(server);
   CHECK(p.rest > 0);
@@ -69,9 +72,12 @@ TEST_CASE("actorflow serve starts on TF Serving's flags and stops cleanly on SIG
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("serving: model 'dense': 1 AVAILABLE") && Contains("SIGTERM, stopping"));
   CHECK_THAT(r.out, Contains("kernels use up to 1 threads"));
-  // The front ends take a thread per core unless told otherwise.
+  // The REST front end takes a thread per core unless told otherwise; TF Serving's
+  // --grpc_max_threads sizes gRPC's.
   const std::string cores = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
-  CHECK_THAT(r.out, Contains("front-end threads: REST " + cores + ", gRPC " + cores));
+  CHECK_THAT(r.out, Contains("front-end threads: REST " + cores + ", gRPC 3"));
+  CHECK_THAT(r.err, Contains("warning: --enable_model_warmup=true is TF Serving's and is accepted without effect here") &&
+                        Contains("--num_load_threads=4") && Contains("--grpc_channel_arguments=grpc.max_connection_age_ms=1000"));
 }
 
 TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them", "[cli][serve]") {
