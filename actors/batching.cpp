@@ -421,11 +421,17 @@ caf::behavior replica(caf::event_based_actor*, batch_function run, int nice) {
   // A detached actor initialises on its own thread: this lowers that thread's priority only.
   if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice);
   return {[run](run_batch_atom, std::vector<tensor>& inputs) -> caf::result<std::vector<tensor>> {
-    expected<std::vector<tensor>> out = make_error(errc::invalid_argument, "the batch function threw");
+    // A model that throws is the server's failure, not the request's (500 / INTERNAL), and the
+    // replica lives on to run the next batch.
+    expected<std::vector<tensor>> out = make_error(errc::internal, "the batch function threw");
     try {
       out = run(inputs);
+    } catch (const std::bad_alloc&) {
+      out = make_error(errc::out_of_memory, "the batch function ran out of memory");
     } catch (const std::exception& e) {
-      out = make_error(errc::invalid_argument, std::string{"the batch function threw: "} + e.what());
+      out = make_error(errc::internal, std::string{"the batch function threw: "} + e.what());
+    } catch (...) {
+      out = make_error(errc::internal, "the batch function threw something that is not a std::exception");
     }
     if (!out) return to_caf_error(out.error_value());
     return std::move(*out);

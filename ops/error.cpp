@@ -20,6 +20,7 @@ const char* to_string(errc code) noexcept {
     case errc::unsupported: return "unsupported";
     case errc::resource_exhausted: return "resource_exhausted";
     case errc::not_found: return "not_found";
+    case errc::internal: return "internal";
   }
   return "unknown_error";
 }

@@ -38,6 +38,7 @@ int grpc_status_code(errc code) noexcept {
     case errc::cancelled: return grpc::StatusCode::CANCELLED;
     case errc::unsupported: return grpc::StatusCode::UNIMPLEMENTED;
     case errc::peer_down: return grpc::StatusCode::UNAVAILABLE;
+    case errc::internal: return grpc::StatusCode::INTERNAL;
     default: return grpc::StatusCode::INTERNAL;
   }
 }

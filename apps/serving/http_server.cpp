@@ -52,6 +52,7 @@ int http_status_for(errc code) noexcept {
     case errc::timeout: return 504;
     case errc::unsupported: return 501;
     case errc::cancelled: case errc::peer_down: return 503;
+    case errc::internal: return 500;
     default: return 500;
   }
 }

@@ -308,6 +308,32 @@ TEST_CASE("without batching a request of any size runs alone, even one larger th
   CHECK(stats.batch_sizes.back() == 1);  // counted in the last bucket: "max_batch_size or more"
 }
 
+TEST_CASE("a model that throws fails its batch as internal, and its replica runs the next one", "[batching]") {
+  runtime rt{{.scheduler_threads = 2}};
+  std::atomic<int> calls{0};
+  auto q = batching_queue::start(
+      rt,
+      [&calls](const std::vector<tensor>& in) -> expected<std::vector<tensor>> {
+        switch (calls++) {
+          case 0: throw std::runtime_error("bad weights");
+          case 1: throw 42;  // not a std::exception
+          default: return in;
+        }
+      },
+      {.max_batch_size = 4, .batch_timeout = 0ms, .num_batch_threads = 1}, one_input);
+  REQUIRE(q);
+  auto first = q->predict({row(1, 1)});
+  REQUIRE_FALSE(first);
+  CHECK(first.error_value().code == errc::internal);
+  CHECK_THAT(first.error_value().message, Catch::Contains("bad weights"));
+  auto second = q->predict({row(1, 1)});
+  REQUIRE_FALSE(second);
+  CHECK(second.error_value().code == errc::internal);
+  auto third = q->predict({row(2, 3)});
+  REQUIRE(third);
+  CHECK((*third)[0].to_vector<float>() == std::vector<float>{2, 3});
+}
+
 TEST_CASE("bad requests and a failing model are named, and shutting down answers what waits", "[batching]") {
   runtime rt{{.scheduler_threads = 2}};
   auto failing = batching_queue::start(

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "apps/serving/bearer_token.hpp"
+#include "apps/serving/http_server.hpp"
 #include "apps/serving/request_deadline.hpp"
 #include "apps/serving/rest_codec.hpp"
 #include "apps/serving/rest_fast_decode.hpp"
@@ -112,6 +113,11 @@ TEST_CASE("a client's timeout is clamped to a day, so no number overflows the cl
   const auto later = clock_type::now();
   CHECK(past <= later);
   CHECK(deadline_after(250) - now >= std::chrono::milliseconds(250));
+}
+
+TEST_CASE("a failure inside the server is a 500, not the client's fault", "[serving]") {
+  CHECK(http_status_for(errc::internal) == 500);
+  CHECK(http_status_for(errc::invalid_argument) == 400);
 }
 
 TEST_CASE("a bearer credential matches only the exact token", "[serving]") {
