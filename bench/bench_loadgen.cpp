@@ -17,6 +17,8 @@
 //   bench_loadgen --host H --port P --path /x --body-file F [--connections N] [--rate R]
 //                 [--duration-ms D] [--warmup-ms W] [--closed] [--poisson] [--method M] [--pipeline K]
 // --closed: closed loop only; --rate R: open loop only; neither: saturation, then 50% of it.
+// Closed-loop gRPC Predict calls instead (bench_serving's server-CPU phase runs them here):
+//   bench_loadgen --grpc-input X --port P [--model M] [--rows R] [--dims D1,D2] [--connections N]
 //
 //   build/bench/bench_loadgen [--quick]          Last line: one JSON object.
 
@@ -38,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/grpc_load.hpp"
 #include "bench/load_generator.hpp"
 #include "bench_common.hpp"
 
@@ -282,6 +285,36 @@ const char* flag_value(int argc, char** argv, const char* flag) {
   return nullptr;
 }
 
+// Closed-loop gRPC Predict calls (bench/grpc_load.hpp) against an external server, so that the
+// server's CPU can be measured without the client's in its process:
+//   --grpc-input X --port P --rows R --dims 28,28,1 [--model M] [--connections N (calls in flight)]
+int measure_external_grpc(int argc, char** argv) {
+  af::bench::grpc_load_options opt;
+  opt.input = flag_value(argc, argv, "--grpc-input");
+  const char* port = flag_value(argc, argv, "--port");
+  if (!port) fail("--grpc-input needs --port");
+  opt.port = static_cast<uint16_t>(std::atoi(port));
+  if (const char* v = flag_value(argc, argv, "--model")) opt.model = v;
+  if (const char* v = flag_value(argc, argv, "--connections")) opt.in_flight = std::strtoull(v, nullptr, 10);
+  if (const char* v = flag_value(argc, argv, "--duration-ms")) opt.duration = std::chrono::milliseconds(std::atoll(v));
+  if (const char* v = flag_value(argc, argv, "--warmup-ms")) opt.warmup = std::chrono::milliseconds(std::atoll(v));
+  af::shape dims{1};
+  if (const char* v = flag_value(argc, argv, "--rows")) dims[0] = std::atoll(v);
+  if (const char* v = flag_value(argc, argv, "--dims")) {
+    std::stringstream list{v};
+    for (std::string d; std::getline(list, d, ',');) dims.push_back(std::atoll(d.c_str()));
+  }
+  auto rows = af::tensor::full(dims, 0.5, af::dtype::f32);
+  if (!rows) fail("--rows/--dims: " + rows.error_value().message);
+  const auto r = af::bench::run_grpc_closed_loop(*rows, opt);
+  af::bench::json_line json;
+  json.add("grpc_ok", static_cast<double>(r.ok));
+  json.add("grpc_failed", static_cast<double>(r.failed));
+  json.add("grpc_ok_per_s", r.ok_per_second);
+  json.print();
+  return r.failed > 0 && r.ok == 0 ? 1 : 0;
+}
+
 int measure_external(int argc, char** argv) {
   load_request req;
   load_options opt;
@@ -434,10 +467,12 @@ int measure_self(bool quick) {
 int main(int argc, char** argv) {
   af::bench::check_flags(argc, argv,
                          "bench_loadgen [--quick] | --host H --port P [--path /x] [--body-file F] [--connections N] [--rate R] "
-                         "[--duration-ms D] [--warmup-ms W] [--closed] [--poisson] [--method M] [--pipeline K]",
+                         "[--duration-ms D] [--warmup-ms W] [--closed] [--poisson] [--method M] [--pipeline K] | "
+                         "--grpc-input X --port P [--model M] [--rows R] [--dims D1,D2] [--connections N] [--duration-ms D] [--warmup-ms W]",
                          {"--quick", "--closed", "--poisson"},
                          {"--host", "--port", "--path", "--method", "--body-file", "--connections", "--rate", "--duration-ms",
-                          "--warmup-ms", "--pipeline"});
+                          "--warmup-ms", "--pipeline", "--grpc-input", "--model", "--rows", "--dims"});
+  if (flag_value(argc, argv, "--grpc-input")) return measure_external_grpc(argc, argv);
   if (flag_value(argc, argv, "--host")) return measure_external(argc, argv);
   return measure_self(af::bench::has_flag(argc, argv, "--quick"));
 }

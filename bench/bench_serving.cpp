@@ -14,6 +14,11 @@
 //   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
 //   p50/p90/p99/p999_ms  open loop at 50% of saturation; p99_budget_ms = timeout + 3 x batch time
 //   batch sizes          mean real rows per batch at 50% load
+//   server_cpu_us_per_request, grpc_server_cpu_us_per_request, rows32_server_cpu_us_per_row
+//                        the server's CPU (getrusage of this process while the load comes from
+//                        bench_loadgen in a child) per row at each saturation point, against
+//                        offline_cpu_us_per_row: the batch of 32 run directly on the replica's
+//                        kernel threads (*_vs_offline: the ratios)
 // Overload (MLP): open loop at 2x saturation with a short queue, from bench_loadgen in a child
 // process: the server's RSS drift (after and peak) and how fast the excess is answered 429.
 // --quick shortens every phase (the overload to 3 s instead of 30 s).
@@ -23,6 +28,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,9 +114,22 @@ double rss_mib() {
   return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
 }
 
-// The loaded model called directly at batch 32 on `threads` kernel threads: one batch's median
-// seconds. The caller's thread budget is restored afterwards.
-double offline_batch_seconds(saved_model::loaded_model& loaded, const shape& row_dims, int threads, std::chrono::milliseconds span) {
+// CPU time this process has used (user + system, every thread).
+double process_cpu_seconds() {
+  rusage use{};
+  getrusage(RUSAGE_SELF, &use);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return seconds(use.ru_utime) + seconds(use.ru_stime);
+}
+
+struct offline_batch {
+  double seconds = 0;         // one batch's median wall time
+  double cpu_us_per_row = 0;  // the process's CPU over all the timed batches, per row
+};
+
+// The loaded model called directly at batch 32 on `threads` kernel threads. The caller's thread
+// budget is restored afterwards.
+offline_batch offline_batch_of(saved_model::loaded_model& loaded, const shape& row_dims, int threads, std::chrono::milliseconds span) {
   const int before = thread_budget();
   set_thread_budget(threads);
   shape dims{32};
@@ -118,11 +137,13 @@ double offline_batch_seconds(saved_model::loaded_model& loaded, const shape& row
   const tensor x = tensor::full(dims, 0.5, dtype::f32).value();
   for (int i = 0; i < 5; ++i) (void)loaded.call("serving_default", {x});
   std::vector<double> times;
+  const double cpu_before = process_cpu_seconds();
   const auto until = std::chrono::steady_clock::now() + span;
   while (std::chrono::steady_clock::now() < until)
     times.push_back(bench::seconds_of([&] { (void)loaded.call("serving_default", {x}); }));
+  const double cpu = process_cpu_seconds() - cpu_before;
   set_thread_budget(before);
-  return bench::median(times);
+  return {bench::median(times), cpu * 1e6 / (32.0 * static_cast<double>(times.size()))};
 }
 
 int replica_nice = 0;  // as `actorflow serve` runs its replicas
@@ -158,15 +179,28 @@ struct served {
   // Closed-loop Predict calls over gRPC, `rows` rows each: rows per second answered. The gRPC
   // front end starts on the first call, so the phases that measure REST alone run without it.
   double grpc_rows_per_s(const shape& row_dims, int64_t rows, std::size_t in_flight, std::chrono::milliseconds span) {
-    if (!grpc) grpc = serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = front_end_threads()}).value();
+    const uint16_t port = grpc_port();
     shape dims{rows};
     for (int64_t d : row_dims) dims.push_back(d);
     const std::string input = models->find_signature({.name = "m"}).value()->inputs.front().name;
     const auto r = bench::run_grpc_closed_loop(tensor::full(dims, 0.5, dtype::f32).value(),
-                                               {.port = static_cast<uint16_t>(grpc->port()), .model = "m", .input = input,
+                                               {.port = port, .model = "m", .input = input,
                                                 .in_flight = in_flight, .duration = span});
     if (r.failed) std::fprintf(stderr, "bench_serving: %llu gRPC calls failed: %s\n", static_cast<unsigned long long>(r.failed), r.first_error.c_str());
     return r.ok_per_second * static_cast<double>(rows);
+  }
+
+  // The gRPC front end, started on first use.
+  uint16_t grpc_port() {
+    if (!grpc) grpc = serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = front_end_threads()}).value();
+    return static_cast<uint16_t>(grpc->port());
+  }
+
+  // Rows the replicas have run (padding excluded), over every queue.
+  uint64_t rows_run() const {
+    uint64_t rows = 0;
+    for (const auto& q : metrics_queues()) rows += q.stats.rows;
+    return rows;
   }
 
   double mean_batch_rows() const {
@@ -237,27 +271,55 @@ bench::load_options open_loop_at(uint16_t port, double rate, std::chrono::millis
   return o;
 }
 
+// The server's CPU per row served at saturation: this process's CPU (the server alone: the load
+// comes from bench_loadgen in a child process, whose CPU is its own) over the rows the replicas
+// ran meanwhile. NaN when the generator did not run.
+double server_cpu_us_per_row(served& s, const std::vector<std::string>& loadgen_args) {
+  const double cpu_before = process_cpu_seconds();
+  const uint64_t rows_before = s.rows_run();
+  const auto line = bench::run_loadgen_process(loadgen_args, [] {});
+  const double cpu = process_cpu_seconds() - cpu_before;
+  const uint64_t rows = s.rows_run() - rows_before;
+  if (!line || rows == 0) return std::nan("");
+  return cpu * 1e6 / static_cast<double>(rows);
+}
+
+std::string comma_separated(const shape& dims) {
+  std::string out;
+  for (int64_t d : dims) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(d);
+  }
+  return out;
+}
+
 struct model_figures {
   double rows32_per_s = 0;  // closed loop with 32-row requests: the topology without JSON per row dominating
   double grpc_per_s = 0, grpc_rows32_per_s = 0;  // the same over gRPC with tensor_content (no JSON at all)
   std::size_t grpc_in_flight = 0;  // the 1-row calls kept in flight that reached grpc_per_s
   std::size_t saturation_connections = 0;  // the closed loop's connections that reached it
   double offline = 0, batch_ms = 0, served_batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
+  // CPU per row: offline (the batch of 32 on the replica's kernel threads) and the server's at
+  // saturation for 1-row JSON, 1-row gRPC and 32-row JSON requests.
+  double offline_cpu_us = 0, json_cpu_us = 0, grpc_cpu_us = 0, rows32_cpu_us = 0;
   uint64_t open_loop_errors = 0;
   std::size_t open_loop_client_queue_max = 0;  // due requests that found every connection busy
 };
 
 model_figures measure_model(runtime& rt, const std::string& base, const shape& row_dims, const std::string& body,
-                            const phase_lengths& len) {
+                            const phase_lengths& len, const fs::path& scratch) {
   model_figures f;
   {
     auto loaded = saved_model::load(base + "/1").value();
     // The baseline at its strongest: every core for the kernels, whatever the server is given.
-    const double batch_s = offline_batch_seconds(loaded, row_dims, offline_threads, len.offline);
+    const double batch_s = offline_batch_of(loaded, row_dims, offline_threads, len.offline).seconds;
     f.offline = 32.0 / batch_s;
     f.batch_ms = batch_s * 1e3;
-    // What one batch costs the replica as served (kernels on one thread unless --kernel-threads-all).
-    f.served_batch_ms = offline_batch_seconds(loaded, row_dims, thread_budget(), len.offline) * 1e3;
+    // What one batch costs the replica as served (kernels on one thread unless --kernel-threads-all),
+    // in time and in CPU per row.
+    const auto served_batch = offline_batch_of(loaded, row_dims, thread_budget(), len.offline);
+    f.served_batch_ms = served_batch.seconds * 1e3;
+    f.offline_cpu_us = served_batch.cpu_us_per_row;
   }
   const bench::load_request req{.method = "POST", .path = "/v1/models/m:predict", .body = body};
   {
@@ -286,6 +348,22 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
     f.grpc_per_s = grpc.per_second;
     f.grpc_in_flight = grpc.in_flight;
     f.grpc_rows32_per_s = s.grpc_rows_per_s(row_dims, 32, 4, len.saturation);
+    // The server's CPU per row at each saturation point, the generator in a process of its own.
+    const std::string one_row = (scratch / "cpu_one_row.json").string(), rows32 = (scratch / "cpu_rows32.json").string();
+    std::ofstream(one_row, std::ios::binary) << body;
+    std::ofstream(rows32, std::ios::binary) << req32.body;
+    const std::string span = std::to_string(len.saturation.count());
+    auto http = [&](const std::string& file, std::size_t connections) {
+      return std::vector<std::string>{"--host", "127.0.0.1", "--port", std::to_string(s.rest->port()), "--path", "/v1/models/m:predict",
+                                      "--body-file", file, "--closed", "--connections", std::to_string(connections),
+                                      "--duration-ms", span, "--warmup-ms", "300"};
+    };
+    f.json_cpu_us = server_cpu_us_per_row(s, http(one_row, f.saturation_connections));
+    f.rows32_cpu_us = server_cpu_us_per_row(s, http(rows32, 4));
+    const std::string input = s.models->find_signature({.name = "m"}).value()->inputs.front().name;
+    f.grpc_cpu_us = server_cpu_us_per_row(s, {"--grpc-input", input, "--port", std::to_string(s.grpc_port()), "--rows", "1", "--dims",
+                                              comma_separated(row_dims), "--connections", std::to_string(f.grpc_in_flight),
+                                              "--duration-ms", span, "--warmup-ms", "300"});
   }
   {
     served s{rt, base, false};
@@ -318,6 +396,16 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_open_loop_errors", static_cast<double>(f.open_loop_errors));
   out.add(name + "_open_loop_client_queue_max", static_cast<double>(f.open_loop_client_queue_max));
   out.add(name + "_mean_batch_rows", f.mean_batch);
+  out.add(name + "_offline_cpu_us_per_row", f.offline_cpu_us);
+  out.add(name + "_server_cpu_us_per_request", f.json_cpu_us);
+  out.add(name + "_cpu_per_request_vs_offline", f.json_cpu_us / f.offline_cpu_us);
+  out.add(name + "_grpc_server_cpu_us_per_request", f.grpc_cpu_us);
+  out.add(name + "_grpc_cpu_per_request_vs_offline", f.grpc_cpu_us / f.offline_cpu_us);
+  out.add(name + "_rows32_server_cpu_us_per_row", f.rows32_cpu_us);
+  out.add(name + "_rows32_cpu_per_row_vs_offline", f.rows32_cpu_us / f.offline_cpu_us);
+  std::fprintf(stderr, "%s: server CPU per row at saturation: 1-row JSON %.1f us, 1-row gRPC %.1f us, 32-row JSON %.1f us; offline %.1f us "
+               "(%.2fx, %.2fx, %.2fx)\n", name.c_str(), f.json_cpu_us, f.grpc_cpu_us, f.rows32_cpu_us, f.offline_cpu_us,
+               f.json_cpu_us / f.offline_cpu_us, f.grpc_cpu_us / f.offline_cpu_us, f.rows32_cpu_us / f.offline_cpu_us);
   std::fprintf(stderr, "%s over gRPC (tensor_content): 1-row calls %.0f req/s at %zu in flight (%.2fx offline), 32-row calls %.0f rows/s (%.2fx)\n",
                name.c_str(), f.grpc_per_s, f.grpc_in_flight, f.grpc_per_s / f.offline, f.grpc_rows32_per_s, f.grpc_rows32_per_s / f.offline);
   std::fprintf(stderr, "%s: a batch of 32 takes %.2f ms on every core, %.2f ms on the replica's threads\n", name.c_str(), f.batch_ms,
@@ -484,9 +572,9 @@ int main(int argc, char** argv) {
   bench::json_line out;
   out.add("quick", quick);
   const std::string mlp_body = one_row_body(784, 1);
-  const auto mlp_figures = measure_model(rt, (root / "mlp").string(), {784}, mlp_body, len);
+  const auto mlp_figures = measure_model(rt, (root / "mlp").string(), {784}, mlp_body, len, root);
   add_model(out, "mlp", mlp_figures);
-  const auto cnn_figures = measure_model(rt, (root / "cnn").string(), {8, 8, 1}, one_image_body(2), len);
+  const auto cnn_figures = measure_model(rt, (root / "cnn").string(), {8, 8, 1}, one_image_body(2), len, root);
   add_model(out, "cnn", cnn_figures);
 
   // Overload: twice the saturation rate against a short queue, for the light MLP (where parsing

@@ -10,7 +10,14 @@
 // Connections are kept alive; a request's body is limited; errors are {"error": "..."} with TF
 // Serving's statuses (400 bad input, 404 unknown model/version/signature, 429 queue full, 504
 // deadline, 500 otherwise). A predict's deadline is the server's request timeout
-// (--rest_api_timeout_in_ms), or what the request asks for with `X-Request-Timeout-Ms: N`.
+// (--rest_api_timeout_in_ms), or what the request asks for with `X-Request-Timeout-Ms: N`
+// (clamped to a day).
+//
+// A request is screened from its head before any of its body is read: the bearer token (401),
+// the declared Content-Length against the limit (413, and the connection closes), the route and
+// method (404, 405) and the model's queue (429). A refused request's body is read and dropped
+// only when it is small (64 KiB), so that the connection stays usable; otherwise the connection
+// closes after the answer.
 
 #include <chrono>
 #include <cstdint>
