@@ -84,7 +84,11 @@ https_result https_exchange(int port, const std::string& ca, const pem_identity&
 }
 
 grpc::Status grpc_predict(int port, std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  auto stub = tfs::PredictionService::NewStub(grpc::CreateChannel("localhost:" + std::to_string(port), credentials));
+  // The address as an IP literal with the certificate's name checked as "localhost": a name to
+  // resolve would go through c-ares, which leaks a few bytes per lookup (LeakSanitizer says so).
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("localhost");
+  auto stub = tfs::PredictionService::NewStub(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), credentials, args));
   tfs::PredictRequest request;
   request.mutable_model_spec()->set_name("dense");
   auto& x = (*request.mutable_inputs())["x"];
