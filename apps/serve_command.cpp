@@ -227,6 +227,10 @@ int run_serve(int argc, char** argv) {
     auto read = serving::read_model_config(flag("model_config_file"));
     if (!read) return fail(read.error_value().message);
     models = std::move(*read);
+    for (const auto& m : models)
+      for (const auto& field : m.ignored_fields)
+        std::fprintf(stderr, "actorflow serve: warning: model '%s': %s in %s is accepted without effect here\n", m.name.c_str(),
+                     field.c_str(), flag("model_config_file").c_str());
   } else {
     if (!flags->count("model_base_path")) return fail("give --model_base_path (with --model_name) or --model_config_file");
     models.push_back({.name = flag("model_name", "default"), .base_path = flag("model_base_path")});

@@ -52,6 +52,9 @@ struct model_config {
   version_policy policy;
   /// Names for versions ("stable" -> 3), usable instead of a number in requests.
   std::map<std::string, int64_t> version_labels;
+  /// Fields of its config entry that the server takes without acting on them (logging_config,
+  /// model_type), so that the operator can be told.
+  std::vector<std::string> ignored_fields;
 };
 
 struct server_options {

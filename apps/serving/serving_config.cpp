@@ -190,6 +190,8 @@ expected<std::vector<model_config>> parse_model_config(const std::string& text, 
         model.policy.latest_count = std::max<uint32_t>(1, policy.latest().num_versions());
       }
     }
+    if (entry.has_logging_config()) model.ignored_fields.push_back("logging_config");
+    if (entry.model_type() != tensorflow::serving::MODEL_TYPE_UNSPECIFIED) model.ignored_fields.push_back("model_type");
     for (const auto& [label, version] : entry.version_labels()) {
       if (label.empty()) return invalid(path, at("version_labels"), "model '" + model.name + "': an empty version label");
       if (version < 0)

@@ -47,7 +47,8 @@ expected<batching_options> parse_batching_parameters(const std::string& text, co
 /// The models a ModelServerConfig file lists (its model_config_list). Checked: names unique and
 /// not empty, base_path not empty, model_platform empty, "tensorflow" or "actorflow", versions
 /// and label targets not negative, a specific policy with at least one version. latest with
-/// num_versions 0 (or unset) serves one version, as in TF Serving.
+/// num_versions 0 (or unset) serves one version, as in TF Serving. logging_config and the
+/// deprecated model_type parse and are listed in model_config::ignored_fields.
 expected<std::vector<model_config>> read_model_config(const std::string& path);
 /// The same from the file's text; `path` only names it in errors.
 expected<std::vector<model_config>> parse_model_config(const std::string& text, const std::string& path);

@@ -278,12 +278,18 @@ TEST_CASE("a model config file lists models, their version policies and labels",
   }
   config { name: "all" base_path: "/models/all" model_version_policy { all {} } }
   config { name: "latest2" base_path: "/models/l" model_platform: "actorflow" model_version_policy { latest { num_versions: 2 } } }
-  config { name: "plain" base_path: "/models/p" }
+  config {
+    name: "plain" base_path: "/models/p"
+    logging_config { log_collector_config { type: "" filename_prefix: "/tmp/log" } sampling_config { sampling_rate: 0.1 } }
+  }
 }
 )");
   auto models = read_model_config(path);
   REQUIRE(models);
   REQUIRE(models->size() == 4);
+  // TF Serving's request logging parses and is named as not acted on.
+  CHECK((*models)[3].ignored_fields == std::vector<std::string>{"logging_config"});
+  CHECK((*models)[0].ignored_fields.empty());
   const auto& digits = (*models)[0];
   CHECK(digits.name == "digits");
   CHECK(digits.base_path == "/models/digits");
