@@ -15,16 +15,16 @@
 #include <boost/beast/ssl.hpp>
 
 #include <array>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
-#include "apps/serving/metrics.hpp"
 #include "apps/serving/bearer_token.hpp"
+#include "apps/serving/metrics.hpp"
 #include "apps/serving/model_server.hpp"
 #include "apps/serving/request_deadline.hpp"
 #include "apps/serving/rest_codec.hpp"
