@@ -62,6 +62,11 @@ TEST_CASE("type errors name the op and every input type", "[graph]") {
   auto unknown = infer_output("fft", {value_type{dtype::f32, {2}}}, {});
   REQUIRE_FALSE(unknown);
   CHECK(unknown.error_value().code == errc::unsupported);
+  // A flag attribute is 0 or 1: a damaged graph's 237 is not a third form of GELU.
+  CHECK(infer_output("gelu", {value_type{dtype::f32, {2}}}, {{"approximate", int64_t{1}}}));
+  auto not_a_flag = infer_output("gelu", {value_type{dtype::f32, {2}}}, {{"approximate", int64_t{237}}});
+  REQUIRE_FALSE(not_a_flag);
+  CHECK_THAT(not_a_flag.error_value().message, Catch::Contains("'approximate'") && Catch::Contains("237"));
 }
 
 TEST_CASE("identical subgraphs are built once, stateful ops and parameters never merge", "[graph]") {

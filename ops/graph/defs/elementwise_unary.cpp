@@ -166,6 +166,12 @@ void define_elementwise_unary(std::vector<op_def>& out) {
   // GELU: x Phi(x) with the exact erf form, or the tanh approximation (tf.nn.gelu's `approximate`).
   op_def gelu = unary_def<gelu_erf_formula, unary_domain::floating>("gelu", "", {});
   gelu.attrs = {integer_attr("approximate", 0)};
+  // A flag: any other value is a damaged or foreign graph, not a third form.
+  gelu.infer = [unary = gelu.infer](const std::vector<value_type>& in, const op_attrs& a) -> expected<value_type> {
+    if (const int64_t approximate = int_attr(a, "approximate"); approximate != 0 && approximate != 1)
+      return make_error(errc::invalid_argument, "gelu: attribute 'approximate' is a flag (0 or 1), not " + std::to_string(approximate));
+    return unary(in, a);
+  };
   gelu.cpu_kernel = [](const std::vector<tensor>& in, const op_attrs& a) -> expected<std::vector<tensor>> {
     return one(af::gelu(in[0], int_attr(a, "approximate") != 0));
   };
