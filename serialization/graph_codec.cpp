@@ -302,6 +302,7 @@ graph::module get_module(schema::Module::Reader in) {
     graph::signature sig{std::move(name), text(s.getFunction(), where + " function"), get_specs(s.getInputs(), where + " input"),
                          get_specs(s.getOutputs(), where + " output"), {}};
     for (auto c : s.getCaptures()) sig.captures.push_back(text(c, where + " capture " + std::to_string(sig.captures.size())));
+    sig.method_name = text(s.getMethodName(), where + " method name");
     m.signatures.push_back(std::move(sig));
   }
   auto checked = m.verify();
@@ -331,6 +332,7 @@ std::string encode_module(const graph::module& m) {
     put_specs(out.initOutputs(static_cast<unsigned>(s.outputs.size())), s.outputs);
     auto captures = out.initCaptures(static_cast<unsigned>(s.captures.size()));
     for (std::size_t c = 0; c < s.captures.size(); ++c) captures.set(static_cast<unsigned>(c), s.captures[c]);
+    out.setMethodName(s.method_name);
   }
   auto words = capnp::messageToFlatArray(message);
   auto bytes = words.asBytes();

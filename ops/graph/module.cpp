@@ -62,6 +62,59 @@ const graph* module::find_function(std::string_view name) const noexcept {
   return nullptr;
 }
 
+namespace {
+
+bool batch_first(const value_type& t) { return !t.dims.empty() && t.dims[0] == -1; }
+
+const tensor_spec* output_named(const signature& s, std::string_view name) {
+  for (const auto& o : s.outputs)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+template <typename Invalid>
+expected<void> check_regression(const signature& s, const Invalid& invalid) {
+  const auto* out = output_named(s, "outputs");
+  if (s.outputs.size() != 1 || !out) return invalid("a regression has one output, named 'outputs'");
+  const auto& dims = out->type.dims;
+  if (out->type.type != dtype::f32 || !batch_first(out->type) || dims.size() > 2 || (dims.size() == 2 && dims[1] != 1))
+    return invalid("'outputs' must be f32 [-1] or [-1, 1], not " + to_string(out->type));
+  return {};
+}
+
+template <typename Invalid>
+expected<void> check_classification(const signature& s, const Invalid& invalid) {
+  const auto* scores = output_named(s, "scores");
+  const auto* classes = output_named(s, "classes");
+  if (!scores && !classes) return invalid("a classification has an output 'scores', 'classes' or both");
+  if (s.outputs.size() != static_cast<std::size_t>(scores != nullptr) + static_cast<std::size_t>(classes != nullptr))
+    return invalid("a classification's outputs are 'scores' and 'classes' only");
+  if (scores && (scores->type.type != dtype::f32 || scores->type.dims.size() != 2 || !batch_first(scores->type)))
+    return invalid("'scores' must be f32 [-1, classes], not " + to_string(scores->type));
+  if (classes && (!is_integral(classes->type.type) || classes->type.dims.size() != 2 || !batch_first(classes->type)))
+    return invalid("'classes' must be integers [-1, classes], not " + to_string(classes->type));
+  if (scores && classes && scores->type.dims[1] != classes->type.dims[1]) return invalid("'scores' and 'classes' must have the same shape");
+  return {};
+}
+
+// What a classify or regress signature promises, so that a server can turn its outputs into TF
+// Serving's results without guessing.
+expected<void> check_method(const signature& s, const std::string& where) {
+  const std::string_view method = s.method_name;
+  if (method.empty() || method == predict_method) return {};
+  auto invalid = [&](const std::string& what) { return make_error(errc::invalid_argument, where + " (" + s.method_name + "): " + what); };
+  if (method != classify_method && method != regress_method)
+    return make_error(errc::invalid_argument, where + ": method '" + s.method_name + "' is none of " + std::string{predict_method} + ", " +
+                                                  std::string{classify_method} + ", " + std::string{regress_method});
+  AF_TRY(method == regress_method ? check_regression(s, invalid) : check_classification(s, invalid));
+  if (s.inputs.empty()) return invalid("no inputs: each is a feature of the examples");
+  for (const auto& in : s.inputs)
+    if (!batch_first(in.type)) return invalid("input '" + in.name + "' must have the batch (-1) as its first dimension");
+  return {};
+}
+
+}  // namespace
+
 const signature* module::find_signature(std::string_view name) const noexcept {
   for (const auto& s : signatures)
     if (s.name == name) return &s;
@@ -97,6 +150,7 @@ expected<void> module::verify() const {
     params.resize(s.inputs.size());
     AF_TRY(matches(s.inputs, params, where + " input"));
     AF_TRY(matches(s.outputs, outputs_of(*body), where + " output"));
+    AF_TRY(check_method(s, where));
   }
   return {};
 }

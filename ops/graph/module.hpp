@@ -33,8 +33,18 @@ struct signature {
   /// The function's parameters after `inputs`, by name: values the caller does not pass, bound
   /// to saved variables of the same name (a SavedModel's weights).
   std::vector<std::string> captures;
+  /// What a server may call it as (TF's SignatureDef method_name): empty or predict_method for any
+  /// inputs and outputs; classify_method for outputs "scores" (f32 [batch, classes]) and/or
+  /// "classes" (integers, the same shape); regress_method for one output "outputs" (f32 [batch] or
+  /// [batch, 1]). Classify and regress signatures take each input from the feature of its name of
+  /// every tf.Example, so their inputs have the batch as their first dimension.
+  std::string method_name;
   friend bool operator==(const signature&, const signature&) = default;
 };
+
+inline constexpr std::string_view predict_method = "tensorflow/serving/predict";
+inline constexpr std::string_view classify_method = "tensorflow/serving/classify";
+inline constexpr std::string_view regress_method = "tensorflow/serving/regress";
 
 struct named_function {
   std::string name;

@@ -80,6 +80,7 @@ struct Signature {
   inputs @2 :List(TensorSpec);
   outputs @3 :List(TensorSpec);
   captures @4 :List(Text);   # the function's parameters after the inputs: saved variables by name
+  methodName @5 :Text;       # TF's SignatureDef method_name; empty: predict
 }
 
 struct TensorSpec {

@@ -108,6 +108,26 @@ TEST_CASE("a module keeps its functions, their names and its signatures", "[seri
   REQUIRE(back->find_function("predict"));
   CHECK(encode_module(*back) == bytes);
 
+  SECTION("a signature keeps its method name; one that does not fit its outputs is refused") {
+    graph::module classify = m;
+    classify.signatures.front().method_name = std::string{graph::classify_method};
+    // "logits" and "probabilities" are not a classification's "scores" and "classes".
+    auto refused = classify.verify();
+    REQUIRE_FALSE(refused);
+    CHECK_THAT(refused.error_value().message, Catch::Contains("'scores', 'classes' or both"));
+    classify.signatures.front().method_name = "tensorflow/serving/frobnicate";
+    CHECK_THAT(classify.verify().error_value().message, Catch::Contains("frobnicate"));
+    classify.signatures.front().method_name = std::string{graph::regress_method};
+    CHECK_THAT(classify.verify().error_value().message, Catch::Contains("one output, named 'outputs'"));
+
+    graph::module predict = m;
+    predict.signatures.front().method_name = std::string{graph::predict_method};
+    const std::string predict_bytes = encode_module(predict);
+    auto kept = decode_module(predict_bytes.data(), predict_bytes.size());
+    REQUIRE(kept);
+    CHECK(kept->find_signature("serving_default")->method_name == graph::predict_method);
+  }
+
   SECTION("a signature that does not match its function is refused") {
     graph::module wrong = m;
     wrong.signatures.front().inputs.front().name = "images";
