@@ -21,6 +21,7 @@ const char* to_string(errc code) noexcept {
     case errc::resource_exhausted: return "resource_exhausted";
     case errc::not_found: return "not_found";
     case errc::internal: return "internal";
+    case errc::failed_precondition: return "failed_precondition";
   }
   return "unknown_error";
 }

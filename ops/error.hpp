@@ -30,6 +30,7 @@ enum class errc : uint8_t {
   resource_exhausted,///< a bounded queue is full: try again later (a server's 429)
   not_found,         ///< a named thing (model, version, signature, key) does not exist (a server's 404)
   internal,          ///< a failure inside that is not the caller's fault (a model that threw: a server's 500)
+  failed_precondition,///< the thing exists but cannot serve this request as asked (a model without the signature named)
 };
 
 /// Short stable name of an error code ("shape_mismatch").

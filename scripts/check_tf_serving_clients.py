@@ -12,7 +12,9 @@ does; REST goes through `requests` with TF Serving's JSON. Both answers must agr
 Checks: GetModelStatus and GET /v1/models/M list the same available versions; GetModelMetadata's
 "signature_def" Any unpacks into a SignatureDefMap whose signature matches GET .../metadata;
 Predict and POST ...:predict give the same outputs for the same inputs; an unknown model is
-NOT_FOUND / 404. Prints "SKIP: ..." and exits 0 when the Python packages are missing; exits 1 on a
+NOT_FOUND / 404. For every signature whose method_name is classify or regress: Classify/Regress
+over gRPC (tf.train.Example inputs), POST ...:classify/:regress and Predict on the same rows agree,
+and MultiInference over all of them gives each one's results. Prints "SKIP: ..." and exits 0 when the Python packages are missing; exits 1 on a
 failed check.
 """
 
@@ -33,11 +35,14 @@ except ImportError as e:
     skip(f"{e.name} is not installed (pip install requests grpcio numpy tensorflow-serving-api)")
 try:
     import tensorflow as tf
+    from tensorflow_serving.apis import classification_pb2
     from tensorflow_serving.apis import get_model_metadata_pb2
     from tensorflow_serving.apis import get_model_status_pb2
     from tensorflow_serving.apis import model_service_pb2_grpc
+    from tensorflow_serving.apis import inference_pb2
     from tensorflow_serving.apis import predict_pb2
     from tensorflow_serving.apis import prediction_service_pb2_grpc
+    from tensorflow_serving.apis import regression_pb2
 except ImportError as e:
     skip(f"{e.name} is not installed (pip install tensorflow-serving-api)")
 
@@ -115,7 +120,102 @@ def grpc_checks(args, channel):
         check(False, "gRPC Predict for an unknown model fails")
     except grpc.RpcError as e:
         check(e.code() == grpc.StatusCode.NOT_FOUND, f"gRPC Predict for an unknown model is NOT_FOUND ({e.code()})")
-    return available, signature, inputs, outputs
+    return available, signature, inputs, outputs, defs
+
+
+CLASSIFY = "tensorflow/serving/classify"
+REGRESS = "tensorflow/serving/regress"
+
+
+def as_examples(inputs, rows):
+    """One tf.train.Example per row: each input a float or int64 feature of that row's values."""
+    examples = []
+    for r in range(rows):
+        features = {}
+        for name, value in inputs.items():
+            flat = np.asarray(value[r]).reshape(-1)
+            if np.issubdtype(flat.dtype, np.floating):
+                features[name] = tf.train.Feature(float_list=tf.train.FloatList(value=flat.tolist()))
+            else:
+                features[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=flat.astype(np.int64).tolist()))
+        examples.append(tf.train.Example(features=tf.train.Features(feature=features)))
+    return examples
+
+
+def inference_checks(args, channel, defs):
+    """Classify, Regress (gRPC and REST) and MultiInference against Predict on the same rows."""
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    base = f"http://{args.host}:{args.rest_port}/v1/models/{args.model}"
+    tasks = sorted((name, d.method_name) for name, d in defs.signature_def.items() if d.method_name in (CLASSIFY, REGRESS))
+    if not tasks:
+        print("no classify or regress signatures: Classify, Regress and MultiInference not checked")
+        return
+    expected = {}
+    first_inputs = None
+    for name, method in tasks:
+        signature = defs.signature_def[name]
+        inputs = example_inputs(signature, args.rows, seed=1)
+        if first_inputs is None:
+            first_inputs = inputs
+        examples = as_examples(inputs, args.rows)
+        predict = predict_pb2.PredictRequest()
+        predict.model_spec.name = args.model
+        predict.model_spec.signature_name = name
+        for key, value in inputs.items():
+            predict.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+        predicted = {k: tf.make_ndarray(v) for k, v in stub.Predict(predict, timeout=args.timeout).outputs.items()}
+        rest_body = {"signature_name": name,
+                     "examples": [{k: np.asarray(v[r]).reshape(-1).tolist() for k, v in inputs.items()} for r in range(args.rows)]}
+        if method == CLASSIFY:
+            request = classification_pb2.ClassificationRequest()
+            request.model_spec.name = args.model
+            request.model_spec.signature_name = name
+            request.input.example_list.examples.extend(examples)
+            result = stub.Classify(request, timeout=args.timeout).result
+            scores = np.array([[c.score for c in row.classes] for row in result.classifications])
+            check(np.allclose(scores, predicted["scores"], rtol=1e-5, atol=1e-6),
+                  f"gRPC Classify '{name}': the scores Predict gives for the same rows")
+            if args.rest_port:
+                answer = requests.post(base + ":classify", json=rest_body, timeout=args.timeout)
+                check(answer.status_code == 200, f"REST :classify '{name}': 200 ({answer.status_code}: {answer.text[:200]})")
+                rest_scores = np.array([[pair[1] for pair in row] for row in answer.json()["results"]])
+                check(np.allclose(rest_scores, scores, rtol=1e-5, atol=1e-6), f"REST and gRPC Classify agree on '{name}'")
+            expected[name] = scores
+        else:
+            request = regression_pb2.RegressionRequest()
+            request.model_spec.name = args.model
+            request.model_spec.signature_name = name
+            request.input.example_list.examples.extend(examples)
+            result = stub.Regress(request, timeout=args.timeout).result
+            values = np.array([r.value for r in result.regressions])
+            check(np.allclose(values, predicted["outputs"].reshape(-1), rtol=1e-5, atol=1e-6),
+                  f"gRPC Regress '{name}': the outputs Predict gives for the same rows")
+            if args.rest_port:
+                answer = requests.post(base + ":regress", json=rest_body, timeout=args.timeout)
+                check(answer.status_code == 200, f"REST :regress '{name}': 200 ({answer.status_code}: {answer.text[:200]})")
+                check(np.allclose(np.array(answer.json()["results"]), values, rtol=1e-5, atol=1e-6),
+                      f"REST and gRPC Regress agree on '{name}'")
+            expected[name] = values
+
+    # MultiInference: every such signature that takes the same inputs as the first, on one Input.
+    same = [(n, m) for n, m in tasks if sorted(defs.signature_def[n].inputs) == sorted(first_inputs)]
+    multi = inference_pb2.MultiInferenceRequest()
+    for name, method in same:
+        task = multi.tasks.add()
+        task.model_spec.name = args.model
+        task.model_spec.signature_name = name
+        task.method_name = method
+    multi.input.example_list.examples.extend(as_examples(first_inputs, args.rows))
+    results = stub.MultiInference(multi, timeout=args.timeout).results
+    check(len(results) == len(same), f"gRPC MultiInference: one result per task ({len(results)} of {len(same)})")
+    for (name, method), result in zip(same, results):
+        check(result.model_spec.signature_name == name, f"gRPC MultiInference: result for '{name}' in the tasks' order")
+        if method == CLASSIFY:
+            got = np.array([[c.score for c in row.classes] for row in result.classification_result.classifications])
+        else:
+            got = np.array([r.value for r in result.regression_result.regressions])
+        # Same input names and seed: the rows are the ones '{name}' was called alone with.
+        check(np.allclose(got, expected[name], rtol=1e-5, atol=1e-6), f"gRPC MultiInference: '{name}' as called alone")
 
 
 def rest_checks(args, available, signature, inputs, grpc_outputs):
@@ -161,9 +261,10 @@ def main():
     options = [("grpc.max_receive_message_length", 1 << 30), ("grpc.max_send_message_length", 1 << 30)]
     try:
         with grpc.insecure_channel(f"{args.host}:{args.grpc_port}", options=options) as channel:
-            available, signature, inputs, outputs = grpc_checks(args, channel)
-        if args.rest_port:
-            rest_checks(args, available, signature, inputs, outputs)
+            available, signature, inputs, outputs, defs = grpc_checks(args, channel)
+            if args.rest_port:
+                rest_checks(args, available, signature, inputs, outputs)
+            inference_checks(args, channel, defs)
     except CheckFailed as e:
         print(f"FAILED: {e}")
         return 1

@@ -11,10 +11,14 @@
 #include <set>
 
 #include "apps/serving/bearer_token.hpp"
+#include "apps/serving/example_proto.hpp"
 #include "apps/serving/model_server.hpp"
 #include "apps/serving/request_deadline.hpp"
 #include "apps/serving/tensor_proto.hpp"
 #include "serialization/saved_model.hpp"
+#include "tensorflow_serving/apis/classification.pb.h"
+#include "tensorflow_serving/apis/inference.pb.h"
+#include "tensorflow_serving/apis/regression.pb.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
@@ -39,6 +43,7 @@ int grpc_status_code(errc code) noexcept {
     case errc::unsupported: return grpc::StatusCode::UNIMPLEMENTED;
     case errc::peer_down: return grpc::StatusCode::UNAVAILABLE;
     case errc::internal: return grpc::StatusCode::INTERNAL;
+    case errc::failed_precondition: return grpc::StatusCode::FAILED_PRECONDITION;
     default: return grpc::StatusCode::INTERNAL;
   }
 }
@@ -121,6 +126,11 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
       reactor->Finish(invalid(missing_spec));
       return reactor;
     }
+    // A client that gave up while the call waited for a thread gets no model run.
+    if (ctx->IsCancelled()) {
+      reactor->Finish(grpc::Status::CANCELLED);
+      return reactor;
+    }
     // Refused before the tensors are copied out, as the REST front end refuses before it parses.
     const model_spec spec = spec_of(request->model_spec());
     if (auto admitted = models_.admit(spec); !admitted) {
@@ -155,6 +165,63 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
     return reactor;
   }
 
+  grpc::ServerUnaryReactor* Classify(grpc::CallbackServerContext* ctx, const tfs::ClassificationRequest* request,
+                                     tfs::ClassificationResponse* response) override {
+    return infer(ctx, request->model_spec(), request->has_model_spec(), request->input(), inference_method::classify,
+                 [response](const inference_answer& answer) {
+                   to_proto(answer, *response->mutable_result());
+                   to_proto(answer, *response->mutable_model_spec());
+                 });
+  }
+
+  grpc::ServerUnaryReactor* Regress(grpc::CallbackServerContext* ctx, const tfs::RegressionRequest* request,
+                                    tfs::RegressionResponse* response) override {
+    return infer(ctx, request->model_spec(), request->has_model_spec(), request->input(), inference_method::regress,
+                 [response](const inference_answer& answer) {
+                   to_proto(answer, *response->mutable_result());
+                   to_proto(answer, *response->mutable_model_spec());
+                 });
+  }
+
+  grpc::ServerUnaryReactor* MultiInference(grpc::CallbackServerContext* ctx, const tfs::MultiInferenceRequest* request,
+                                           tfs::MultiInferenceResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (!authorized(*ctx, options_.bearer_token)) {
+      reactor->Finish(unauthenticated);
+      return reactor;
+    }
+    if (request->tasks().empty()) {
+      reactor->Finish(invalid("MultiInference: Expected at least one task"));
+      return reactor;
+    }
+    std::vector<inference_task> tasks;
+    for (const auto& task : request->tasks()) {
+      auto method = parse_method_name(task.method_name());
+      if (!method) {
+        reactor->Finish(to_status(method.error_value()));
+        return reactor;
+      }
+      tasks.push_back({spec_of(task.model_spec()), *method});
+    }
+    auto batch = screen(*ctx, request->tasks(0).model_spec(), request->tasks(0).has_model_spec(), request->input());
+    if (!batch.ok()) {
+      reactor->Finish(batch.status);
+      return reactor;
+    }
+    multi_infer_async(models_, std::move(tasks), std::move(batch.examples), deadline_of(*ctx),
+                      [reactor, response](expected<std::vector<inference_answer>> answers) {
+                        if (!answers) return reactor->Finish(to_status(answers.error_value()));
+                        for (const auto& answer : *answers) {
+                          auto* result = response->add_results();
+                          to_proto(answer, *result->mutable_model_spec());
+                          if (answer.method == inference_method::classify) to_proto(answer, *result->mutable_classification_result());
+                          else to_proto(answer, *result->mutable_regression_result());
+                        }
+                        reactor->Finish(grpc::Status::OK);
+                      });
+    return reactor;
+  }
+
   grpc::ServerUnaryReactor* GetModelMetadata(grpc::CallbackServerContext* ctx, const tfs::GetModelMetadataRequest* request,
                                              tfs::GetModelMetadataResponse* response) override {
     auto* reactor = ctx->DefaultReactor();
@@ -163,6 +230,41 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
   }
 
  private:
+  // What every call over examples checks before it runs: the token, a named model, a client still
+  // waiting, room in the queue, and the examples themselves.
+  struct screened {
+    grpc::Status status;
+    std::shared_ptr<const example_batch> examples;
+    bool ok() const { return status.ok(); }
+  };
+  screened screen(const grpc::CallbackServerContext& ctx, const tfs::ModelSpec& spec_proto, bool has_spec, const tfs::Input& input) {
+    if (!authorized(ctx, options_.bearer_token)) return {unauthenticated, nullptr};
+    if (!has_spec || spec_proto.name().empty()) return {invalid(missing_spec), nullptr};
+    if (ctx.IsCancelled()) return {grpc::Status::CANCELLED, nullptr};
+    if (auto admitted = models_.admit(spec_of(spec_proto)); !admitted) return {to_status(admitted.error_value()), nullptr};
+    auto examples = examples_from_input(input);
+    if (!examples) return {to_status(examples.error_value()), nullptr};
+    return {grpc::Status::OK, std::make_shared<const example_batch>(std::move(*examples))};
+  }
+
+  template <typename Fill>
+  grpc::ServerUnaryReactor* infer(grpc::CallbackServerContext* ctx, const tfs::ModelSpec& spec_proto, bool has_spec, const tfs::Input& input,
+                                  inference_method method, Fill fill) {
+    auto* reactor = ctx->DefaultReactor();
+    auto batch = screen(*ctx, spec_proto, has_spec, input);
+    if (!batch.ok()) {
+      reactor->Finish(batch.status);
+      return reactor;
+    }
+    infer_async(models_, spec_of(spec_proto), method, std::move(batch.examples), deadline_of(*ctx),
+                [reactor, fill](expected<inference_answer> answer) {
+                  if (!answer) return reactor->Finish(to_status(answer.error_value()));
+                  fill(*answer);
+                  reactor->Finish(grpc::Status::OK);
+                });
+    return reactor;
+  }
+
   // The outputs the request wants (output_filter, else all) into `response`.
   static grpc::Status respond(const tfs::PredictRequest& request, const prediction& answer, tfs::PredictResponse& response) {
     const auto& outputs = answer.signature->outputs;
@@ -202,7 +304,7 @@ class prediction_service final : public tfs::PredictionService::CallbackService 
     tfs::SignatureDefMap defs;
     for (const auto& sig : signatures) {
       auto& def = (*defs.mutable_signature_def())[sig.name];
-      def.set_method_name("tensorflow/serving/predict");
+      def.set_method_name(sig.method_name.empty() ? std::string{graph::predict_method} : sig.method_name);
       auto describe = [](const graph::tensor_spec& t, tensorflow::TensorInfo& info) {
         info.set_name(t.name);
         info.set_dtype(static_cast<tensorflow::DataType>(to_tf_dtype(t.type.type)));

@@ -29,6 +29,7 @@
 #include "apps/serving/request_deadline.hpp"
 #include "apps/serving/rest_codec.hpp"
 #include "apps/serving/rest_fast_decode.hpp"
+#include "apps/serving/rest_inference.hpp"
 
 namespace af::serving {
 
@@ -46,7 +47,7 @@ using tls_stream_type = beast::ssl_stream<stream_type>;
 int http_status_for(errc code) noexcept {
   switch (code) {
     case errc::invalid_argument: case errc::shape_mismatch: case errc::dtype_mismatch: case errc::unknown_dtype:
-    case errc::out_of_range: case errc::malformed_input: return 400;
+    case errc::out_of_range: case errc::malformed_input: case errc::failed_precondition: return 400;
     case errc::not_found: return 404;
     case errc::resource_exhausted: case errc::out_of_memory: return 429;
     case errc::timeout: return 504;
@@ -62,8 +63,7 @@ namespace {
 // What a URL under /v1/models/ asks for.
 struct model_route {
   model_spec spec;
-  enum class kind { status, metadata, predict, other_method } what = kind::status;
-  std::string method;  // after ':' ("predict", "classify", ...)
+  enum class kind { status, metadata, predict, classify, regress } what = kind::status;
 };
 
 // "/v1/models/NAME[/versions/V | /labels/L][/metadata | :METHOD]"; nullopt when it is not that.
@@ -72,10 +72,15 @@ std::optional<model_route> parse_model_path(std::string_view path) {
   if (path.substr(0, prefix.size()) != prefix) return std::nullopt;
   path.remove_prefix(prefix.size());
   model_route route;
+  bool has_method = false;
   if (auto colon = path.rfind(':'); colon != std::string_view::npos) {
-    route.method = std::string{path.substr(colon + 1)};
+    const auto method = path.substr(colon + 1);
     path = path.substr(0, colon);
-    route.what = route.method == "predict" ? model_route::kind::predict : model_route::kind::other_method;
+    has_method = true;
+    if (method == "predict") route.what = model_route::kind::predict;
+    else if (method == "classify") route.what = model_route::kind::classify;
+    else if (method == "regress") route.what = model_route::kind::regress;
+    else return std::nullopt;
   }
   std::vector<std::string_view> parts;
   while (!path.empty()) {
@@ -83,7 +88,7 @@ std::optional<model_route> parse_model_path(std::string_view path) {
     parts.push_back(path.substr(0, slash));
     path = slash == std::string_view::npos ? std::string_view{} : path.substr(slash + 1);
   }
-  if (!parts.empty() && parts.back() == "metadata" && route.method.empty()) {
+  if (!parts.empty() && parts.back() == "metadata" && !has_method) {
     route.what = model_route::kind::metadata;
     parts.pop_back();
   }
@@ -260,7 +265,9 @@ class session : public connection, public std::enable_shared_from_this<session<S
     if (ec) return reply(400, encode_error("malformed HTTP request: " + ec.message()), false);
     if (pending_) return reply_pending(keep_);
     request_ = parser_->release();
-    predict(std::move(predict_spec_), keep_);
+    if (predict_kind_ == model_route::kind::predict) return predict(std::move(predict_spec_), keep_);
+    infer(std::move(predict_spec_), predict_kind_ == model_route::kind::classify ? inference_method::classify : inference_method::regress,
+          keep_);
   }
 
   // Decides what the head alone decides: sets pending_ to the answer, or predict_spec_ to the
@@ -282,26 +289,27 @@ class session : public connection, public std::enable_shared_from_this<session<S
       pending_ = pending_reply{200, ctx_->metrics->prometheus_text(), false, "text/plain; version=0.0.4"};
       return;
     }
+    // TF Serving's rules: a path outside /v1/ is not found; one under it that names nothing it
+    // serves, or with the wrong method, is a malformed request (400).
+    const auto malformed = [&] { refuse(400, "Malformed request: " + std::string{head.method_string()} + " " + std::string{path}); };
     auto route = parse_model_path(path);
-    if (!route) return refuse(404, "Malformed request: " + std::string{head.method_string()} + " " + std::string{path});
+    if (!route) return path.starts_with("/v1/") ? malformed() : refuse(404, "Not found: " + std::string{path});
     auto answer = [&](auto found, auto encode) {
       if (!found) return refuse(http_status_for(found.error_value().code), found.error_value().message);
       pending_ = pending_reply{200, encode(*found)};
     };
     switch (route->what) {
       case model_route::kind::status:
-        if (head.method() != http::verb::get) return refuse(405, "use GET for a model's status");
+        if (head.method() != http::verb::get) return malformed();
         return answer(ctx_->models->status(route->spec.name, route->spec.version), [](const auto& s) { return encode_status(s); });
       case model_route::kind::metadata:
-        if (head.method() != http::verb::get) return refuse(405, "use GET for a model's metadata");
+        if (head.method() != http::verb::get) return malformed();
         return answer(ctx_->models->signatures(route->spec),
                       [&](const auto& sigs) { return encode_metadata(route->spec.name, sigs.first, sigs.second); });
-      case model_route::kind::other_method:
-        return refuse(400, "Unsupported method: '" + route->method + "' (this server answers :predict)");
-      case model_route::kind::predict:
+      case model_route::kind::predict: case model_route::kind::classify: case model_route::kind::regress:
         break;
     }
-    if (head.method() != http::verb::post) return refuse(405, "use POST for :predict");
+    if (head.method() != http::verb::post) return malformed();
     // A full queue or an unknown model is answered before the body is read or parsed: refusing
     // must cost far less than serving, or an overloaded server would spend its time parsing
     // requests it then refuses.
@@ -317,6 +325,7 @@ class session : public connection, public std::enable_shared_from_this<session<S
       deadline_ = deadline_after(ms);
     }
     predict_spec_ = std::move(route->spec);
+    predict_kind_ = route->what;
   }
 
   void reply_pending(bool keep) {
@@ -348,6 +357,25 @@ class session : public connection, public std::enable_shared_from_this<session<S
                            });
                            ctx->outstanding.fetch_sub(1);
                          });
+  }
+
+  // :classify and :regress: the examples against the signature the body names.
+  void infer(model_spec spec, inference_method method, bool keep) {
+    auto decoded = decode_inference(request_.body());
+    if (!decoded) return reply(http_status_for(decoded.error_value().code), encode_error(decoded.error_value().message), keep);
+    spec.signature_name = std::move(decoded->signature_name);
+    auto batch = std::make_shared<const example_batch>(std::move(decoded->batch));
+    ctx_->outstanding.fetch_add(1);
+    infer_async(*ctx_->models, spec, method, std::move(batch), deadline_,
+                [self = this->shared_from_this(), keep](expected<inference_answer> answer) {
+                  auto ctx = self->ctx_;
+                  asio::post(self->stream_.get_executor(), [self, keep, answer = std::move(answer)]() mutable {
+                    if (!answer) return self->reply(http_status_for(answer.error_value().code), encode_error(answer.error_value().message), keep);
+                    self->reply(200, answer->method == inference_method::classify ? encode_classification(*answer) : encode_regression(*answer),
+                                keep);
+                  });
+                  ctx->outstanding.fetch_sub(1);
+                });
   }
 
   // The status line and headers are written by hand into one string, sent with the body in one
@@ -404,6 +432,7 @@ class session : public connection, public std::enable_shared_from_this<session<S
   };
   std::optional<pending_reply> pending_;
   model_spec predict_spec_;
+  model_route::kind predict_kind_ = model_route::kind::predict;
   std::optional<clock_type::time_point> deadline_;
   unsigned version_ = 11;
   bool keep_ = true;

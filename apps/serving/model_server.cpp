@@ -315,6 +315,17 @@ model_server::~model_server() {
   for (auto& [name, m] : impl_->models) m.available.clear();
 }
 
+namespace {
+
+// TF Serving's answer: the model is there, the request asks it for something it does not have
+// (FAILED_PRECONDITION over gRPC, 400 over REST).
+error unknown_signature(const model_spec& spec, int64_t version, std::string_view signature_name) {
+  return make_error(errc::failed_precondition, "Serving signature key \"" + std::string{signature_name} + "\" not found (model '" +
+                                                   spec.name + "' version " + std::to_string(version) + ")");
+}
+
+}  // namespace
+
 void model_server::predict_async(const model_spec& spec, std::vector<named_tensor> inputs,
                                  std::optional<clock_type::time_point> deadline, std::function<void(expected<prediction>)> done) {
   auto found = impl_->resolve(spec);
@@ -323,8 +334,7 @@ void model_server::predict_async(const model_spec& spec, std::vector<named_tenso
   const std::string signature_name = spec.signature_name.empty() ? std::string{saved_model::default_signature} : spec.signature_name;
   auto queue = s->queues.find(signature_name);
   if (queue == s->queues.end())
-    return done(make_error(errc::not_found, "model '" + spec.name + "' version " + std::to_string(s->version) +
-                                                " has no signature '" + signature_name + "'"));
+    return done(unknown_signature(spec, s->version, signature_name));
   const std::shared_ptr<const graph::signature>& sig = queue->second.signature;
   // Inputs by name, in the signature's order.
   std::vector<tensor> ordered;
@@ -393,8 +403,7 @@ expected<std::shared_ptr<const graph::signature>> model_server::find_signature(c
   const std::string_view name = spec.signature_name.empty() ? saved_model::default_signature : std::string_view{spec.signature_name};
   auto q = s->queues.find(name);
   if (q == s->queues.end())
-    return make_error(errc::not_found, "model '" + spec.name + "' version " + std::to_string(s->version) + " has no signature '" +
-                                           std::string{name} + "'");
+    return unknown_signature(spec, s->version, name);
   return q->second.signature;
 }
 

@@ -414,7 +414,7 @@ std::string encode_metadata(const std::string& model, int64_t version, const std
     json inputs = json::object(), outputs = json::object();
     for (const auto& s : sig.inputs) inputs[s.name] = tensor_info(s);
     for (const auto& s : sig.outputs) outputs[s.name] = tensor_info(s);
-    defs[sig.name] = {{"inputs", std::move(inputs)}, {"outputs", std::move(outputs)}, {"method_name", "tensorflow/serving/predict"}};
+    defs[sig.name] = {{"inputs", std::move(inputs)}, {"outputs", std::move(outputs)}, {"method_name", sig.method_name.empty() ? std::string{graph::predict_method} : sig.method_name}};
   }
   return json{{"model_spec", {{"name", model}, {"signature_name", ""}, {"version", std::to_string(version)}}},
               {"metadata", {{"signature_def", {{"signature_def", std::move(defs)}}}}}}

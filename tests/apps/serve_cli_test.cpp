@@ -12,6 +12,7 @@
 
 #include "../support/scratch_dir.hpp"
 #include "../support/skip.hpp"
+#include "../serving/serving_fixtures.hpp"
 #include "cli_test_support.hpp"
 #include "ops/train/layers.hpp"
 #include "serialization/saved_model.hpp"
@@ -116,16 +117,33 @@ TEST_CASE("TF Serving's Python clients work unchanged against actorflow serve", 
   const std::string interpreter = python;
   scratch_dir cwd{"af_cli_serve"};
   save_dense_model(cwd.path / "models" / "dense" / "1");
-  child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_name=dense", "--model_base_path=" + (cwd.path / "models" / "dense").string(),
-                        "--rest_api_port=-1", "--port=-1", "--enable_batching"},
+  testing::save_inference_model(cwd.path / "models" / "examples" / "1");
+  {
+    std::ofstream config{cwd.path / "models.config"};
+    config << "model_config_list {\n";
+    for (const char* name : {"dense", "examples"})
+      config << "  config { name: '" << name << "' base_path: '" << (cwd.path / "models" / name).string() << "' model_platform: 'tensorflow' }\n";
+    config << "}\n";
+  }
+  child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_config_file=models.config", "--rest_api_port=-1", "--port=-1", "--enable_batching"},
                        cwd.path};
   const ports p = wait_ready(server);
-  auto r = run_program({"/usr/bin/env", interpreter, std::string{AF_SOURCE_DIR} + "/scripts/check_tf_serving_clients.py", "--grpc_port",
-                        std::to_string(p.grpc), "--rest_port", std::to_string(p.rest), "--model", "dense"},
+  // "dense": Predict on its serving_default. "examples": Predict on its "predict" signature, and
+  // Classify, Regress and MultiInference on those saved with those methods.
+  auto check_model = [&](const std::string& model, const std::string& signature) {
+    return run_program({"/usr/bin/env", interpreter, std::string{AF_SOURCE_DIR} + "/scripts/check_tf_serving_clients.py", "--grpc_port",
+                        std::to_string(p.grpc), "--rest_port", std::to_string(p.rest), "--model", model, "--signature", signature},
                        cwd.path, std::chrono::seconds(240));
+  };
+  auto dense = check_model("dense", "serving_default");
+  auto examples = check_model("examples", "predict");
   server.signal(SIGTERM);
   server.finish(std::chrono::seconds(30));
-  INFO(describe(r));
-  CHECK(r.exit_code == 0);
-  CHECK_THAT(r.out, Contains("all checks passed"));
+  INFO(describe(dense));
+  INFO(describe(examples));
+  CHECK(dense.exit_code == 0);
+  CHECK_THAT(dense.out, Contains("all checks passed"));
+  CHECK(examples.exit_code == 0);
+  CHECK_THAT(examples.out, Contains("gRPC Classify 'classify'") && Contains("REST and gRPC Regress agree on 'regress'") &&
+                               Contains("gRPC MultiInference: 'serving_default' as called alone") && Contains("all checks passed"));
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the serving fuzz targets (rest_predict, tensor_proto, serving_config,
-warmup) under tests/fuzz/corpus/. Protobuf messages and TFRecord framing are encoded here by hand
+warmup, rest_inference) under tests/fuzz/corpus/. Protobuf messages and TFRecord framing are encoded here by hand
 (field numbers from apps/serving/protos/), so no package beyond Python itself is needed:
     python3 tests/fuzz/make_serving_corpus.py tests/fuzz/corpus
 """
@@ -152,6 +152,40 @@ def main(root):
                                                predict_log("", [("x", tensor(DT_FLOAT, [3, 2], floats=[0.5])),
                                                                 ("k", tensor(DT_INT64, [3], int64s=[1, 2, 3]))])]))
     write(root, "warmup", "seed_02", tfrecords([predict_log("", [("x", x)])]))
+
+    # rest_inference: a byte (bit 0: Input proto, bits 1-2: signature; see fuzz_rest_inference.cpp),
+    # then a REST body or a serialized tensorflow.serving.Input.
+    inference_bodies = [
+        (0, '{"examples": [{"x": [1.0, 2.5, -3.0, 4.0]}, {"x": [0.5, 0.5, 0.5, 0.5]}]}'),
+        (2, '{"signature_name": "s", "context": {"k": 7}, "examples": [{"x": [1.5, 2.5]}, {"x": [3.5, 4.5], "k": -1}]}'),
+        (4, '{"examples": [{"k": [127, -128]}, {"k": [true, false]}, {"k": [1, 2], "tag": "a", "b": {"b64": "YWJj"}}]}'),
+        (6, '{"examples": [{"x": [0.5, 1.5, 2.5, 3.5]}]}'),
+    ]
+    for i, (choice, body) in enumerate(inference_bodies):
+        write(root, "rest_inference", "seed_%02d" % i, bytes([choice]) + body.encode())
+
+    def feature_entry(name, kind, payload):  # Features.feature map entry: Feature oneof kind
+        return field(1, 2, field(1, 2, name.encode()) + field(2, 2, field(kind, 2, payload)))
+
+    def floats_list(values):
+        return field(1, 2, struct.pack("<%df" % len(values), *values))
+
+    def int64_list(values):
+        return field(1, 2, b"".join(varint(v) for v in values))
+
+    def example(*entries):
+        return field(1, 2, b"".join(entries))
+
+    one = example(feature_entry("x", 2, floats_list([1, 2, 3, 4])), feature_entry("k", 3, int64_list([5])))
+    two = example(feature_entry("x", 2, floats_list([0.5, -0.5, 8, 9])), feature_entry("tag", 1, field(1, 2, b"abc")))
+    inputs = [
+        (1, field(1, 2, field(1, 2, one) + field(1, 2, two))),                              # ExampleList
+        (3, field(2, 2, field(1, 2, one) + field(2, 2, example(feature_entry("k", 3, int64_list([-1])))))),  # with context
+        (5, field(1, 2, field(1, 2, example(feature_entry("k", 3, int64_list([1, 2])))))),
+        (1, field(1, 2, b"")),                                                               # no examples
+    ]
+    for i, (choice, proto) in enumerate(inputs):
+        write(root, "rest_inference", "seed_%02d" % (len(inference_bodies) + i), bytes([choice]) + proto)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@
 #include "actors/runtime.hpp"
 #include "actors/serving_client.hpp"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
+#include "tensorflow_serving/apis/classification.pb.h"
+#include "tensorflow_serving/apis/inference.pb.h"
+#include "tensorflow_serving/apis/regression.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 #include "served_binary.hpp"
 
@@ -109,6 +112,16 @@ TEST_CASE("actorflow serve survives hostile REST and gRPC requests and still ans
     // The token is checked from the head too: a caller without it sends no body in vain.
     CHECK_THAT(send_raw(s.rest, "POST /v1/models/dense:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 900000\r\n\r\n"),
                Catch::StartsWith("HTTP/1.1 401"));
+    // :classify and :regress decode the same hostile bodies by the same bounds, and a predict
+    // signature is not called as a classifier.
+    auto classify = [&](const std::string& body) { return rest.request("POST", "/v1/models/dense:classify", body, auth_header); };
+    CHECK_THAT(error_of(classify(R"({"examples": )" + std::string(100000, '[') + std::string(100000, ']') + "}")),
+               Catch::Contains("nests arrays and objects more than 64 deep"));
+    CHECK(classify(R"({"examples": [{"x": [1e39]}]})").status == 400);
+    CHECK(classify(R"({"examples": [{"x": 18446744073709551615}]})").status == 400);
+    auto not_a_classifier = classify(R"({"examples": [{"x": [1.0, 2.0, 3.0, 4.0]}]})");
+    CHECK(not_a_classifier.status == 400);
+    CHECK_THAT(error_of(not_a_classifier), Catch::Contains("Expected classification signature method_name"));
     // Garbage instead of HTTP.
     {
       http_client other{static_cast<uint16_t>(s.rest)};
@@ -143,6 +156,29 @@ TEST_CASE("actorflow serve survives hostile REST and gRPC requests and still ans
     short_content.set_tensor_content(std::string(12, '\0'));
     CHECK(call(*stub, predict_request(short_content)).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(call(*stub, predict_request(float_tensor({-1, 4}, {1}))).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    // Classify on 50,000 empty examples, and MultiInference on 20,000 copies of one task.
+    tfs::ClassificationRequest classify;
+    classify.mutable_model_spec()->set_name("dense");
+    for (int i = 0; i < 50000; ++i) classify.mutable_input()->mutable_example_list()->add_examples();
+    {
+      grpc::ClientContext c;
+      c.AddMetadata("authorization", std::string{"Bearer "} + served::token);
+      tfs::ClassificationResponse r;
+      CHECK(stub->Classify(&c, classify, &r).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    }
+    tfs::MultiInferenceRequest multi;
+    for (int i = 0; i < 20000; ++i) {
+      auto* task = multi.add_tasks();
+      task->mutable_model_spec()->set_name("dense");
+      task->set_method_name("tensorflow/serving/classify");
+    }
+    {
+      grpc::ClientContext c;
+      c.AddMetadata("authorization", std::string{"Bearer "} + served::token);
+      tfs::MultiInferenceResponse r;
+      const auto refused = stub->MultiInference(&c, multi, &r);
+      CHECK((refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT || refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED));
+    }
     // A message over the limit.
     auto huge = float_tensor({1, 4}, {});
     huge.set_tensor_content(std::string(2 << 20, '\0'));
@@ -171,6 +207,7 @@ TEST_CASE("with a token, every front end of actorflow serve refuses a caller wit
   CHECK_THAT(bare.headers, Catch::Contains("WWW-Authenticate: Bearer"));
   CHECK(rest.request("GET", "/v1/models/dense", "", "Authorization: Bearer wrong\r\n").status == 401);
   CHECK(rest.request("GET", "/monitoring/prometheus/metrics").status == 401);
+  CHECK(rest.request("POST", "/v1/models/dense:classify", R"({"examples": [{"x": [1.0]}]})").status == 401);
   CHECK(rest.request("POST", "/v1/models/dense:predict", valid_body, auth_header).status == 200);
 
   // gRPC: UNAUTHENTICATED on every method without the metadata.
@@ -195,6 +232,20 @@ TEST_CASE("with a token, every front end of actorflow serve refuses a caller wit
     tfs::GetModelMetadataResponse metadata_response;
     CHECK(predictions->GetModelMetadata(&ctx, metadata_request, &metadata_response).error_code() ==
           grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext classify_ctx, regress_ctx, multi_ctx;
+    tfs::ClassificationRequest classify;
+    classify.mutable_model_spec()->set_name("dense");
+    tfs::ClassificationResponse classified;
+    CHECK(predictions->Classify(&classify_ctx, classify, &classified).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    tfs::RegressionRequest regress;
+    regress.mutable_model_spec()->set_name("dense");
+    tfs::RegressionResponse regressed;
+    CHECK(predictions->Regress(&regress_ctx, regress, &regressed).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    tfs::MultiInferenceRequest multi;
+    tfs::MultiInferenceResponse both;
+    CHECK(predictions->MultiInference(&multi_ctx, multi, &both).error_code() == grpc::StatusCode::UNAUTHENTICATED);
   }
   CHECK(call(*predictions, request).ok());
 

@@ -24,7 +24,10 @@
 #include "serving_fixtures.hpp"
 #include "tensorflow/core/framework/tensor.pb.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
+#include "tensorflow_serving/apis/classification.pb.h"
+#include "tensorflow_serving/apis/inference.pb.h"
 #include "tensorflow_serving/apis/prediction_log.pb.h"
+#include "tensorflow_serving/apis/regression.pb.h"
 #include "tensorflow_serving/apis/prediction_service.grpc.pb.h"
 
 using namespace af;
@@ -461,6 +464,11 @@ TEST_CASE("Predict over gRPC answers with the model's outputs and TF Serving's m
     auto version = predict_request(x);
     version.mutable_model_spec()->mutable_version()->set_value(7);
     CHECK(code_of(version).error_code() == grpc::StatusCode::NOT_FOUND);
+    auto signature = predict_request(x);
+    signature.mutable_model_spec()->set_signature_name("nope");
+    const auto no_signature = code_of(signature);
+    CHECK(no_signature.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_THAT(no_signature.error_message(), Catch::Contains("Serving signature key \"nope\" not found"));
     auto no_name = predict_request(x);
     no_name.mutable_model_spec()->clear_name();
     CHECK(code_of(no_name).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
@@ -605,4 +613,103 @@ TEST_CASE("shutting down with calls in flight neither hangs nor crashes", "[serv
   f.server.reset();  // waits for the calls in flight
   for (auto& t : clients) t.join();
   CHECK(answered >= 20);
+}
+
+TEST_CASE("Classify, Regress and MultiInference over gRPC answer from tf.Examples", "[serving][grpc][net][inference]") {
+  testing::scratch_dir scratch{"af_grpc"};
+  testing::save_inference_model(scratch.path / "3");
+  runtime rt;
+  server_options options;
+  options.poll_interval = 0ms;
+  auto models = model_server::start(rt, {{.name = "m", .base_path = scratch.path.string()}}, options).value();
+  auto server = af::serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = 2}).value();
+  auto stub = tfs::PredictionService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+
+  const std::vector<float> x{0.5f, -1, 2, 0.25f, -0.5f, 1, 0, 3};
+  tfs::Input input;
+  for (int r = 0; r < 2; ++r) {
+    auto& feature = (*input.mutable_example_list()->add_examples()->mutable_features()->mutable_feature())["x"];
+    for (int c = 0; c < 4; ++c) feature.mutable_float_list()->add_value(x[static_cast<std::size_t>(r * 4 + c)]);
+  }
+  auto scores = models->predict({.name = "m", .signature_name = "predict"}, {{"x", tensor::from_vector<float>(x, {2, 4})}});
+  REQUIRE(scores);
+
+  tfs::ClassificationRequest classify;
+  classify.mutable_model_spec()->set_name("m");
+  *classify.mutable_input() = input;
+  tfs::ClassificationResponse classified;
+  {
+    grpc::ClientContext c;
+    auto status = stub->Classify(&c, classify, &classified);
+    REQUIRE(status.ok());
+  }
+  CHECK(classified.model_spec().version().value() == 3);
+  CHECK(classified.model_spec().signature_name() == "serving_default");
+  REQUIRE(classified.result().classifications_size() == 2);
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 3; ++c)
+      CHECK(classified.result().classifications(r).classes(c).score() == scores->outputs[0].data<float>()[r * 3 + c]);
+
+  tfs::RegressionRequest regress;
+  regress.mutable_model_spec()->set_name("m");
+  regress.mutable_model_spec()->set_signature_name("regress");
+  *regress.mutable_input() = input;
+  tfs::RegressionResponse regressed;
+  {
+    grpc::ClientContext c;
+    REQUIRE(stub->Regress(&c, regress, &regressed).ok());
+  }
+  CHECK(regressed.result().regressions_size() == 2);
+
+  tfs::MultiInferenceRequest multi;
+  for (const char* name : {"classify", "regress"}) {
+    auto* task = multi.add_tasks();
+    task->mutable_model_spec()->set_name("m");
+    task->mutable_model_spec()->set_signature_name(name);
+    task->set_method_name(std::string{name} == "classify" ? "tensorflow/serving/classify" : "tensorflow/serving/regress");
+  }
+  *multi.mutable_input() = input;
+  tfs::MultiInferenceResponse both;
+  {
+    grpc::ClientContext c;
+    REQUIRE(stub->MultiInference(&c, multi, &both).ok());
+  }
+  REQUIRE(both.results_size() == 2);
+  CHECK(both.results(0).classification_result().classifications(1).classes(2).score() ==
+        classified.result().classifications(1).classes(2).score());
+  CHECK(both.results(1).regression_result().regressions(0).value() == regressed.result().regressions(0).value());
+  CHECK(both.results(1).model_spec().signature_name() == "regress");
+
+  SECTION("errors carry TF Serving's codes") {
+    auto code_of = [&](const tfs::ClassificationRequest& request) {
+      grpc::ClientContext c;
+      tfs::ClassificationResponse r;
+      return stub->Classify(&c, request, &r);
+    };
+    auto wrong_method = classify;
+    wrong_method.mutable_model_spec()->set_signature_name("regress");
+    const auto refused = code_of(wrong_method);
+    CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(refused.error_message(), Catch::Contains("Expected classification signature method_name"));
+    auto empty = classify;
+    empty.clear_input();
+    CHECK_THAT(code_of(empty).error_message(), Catch::Contains("Input is empty"));
+    auto unknown = classify;
+    unknown.mutable_model_spec()->set_signature_name("nope");
+    CHECK(code_of(unknown).error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    auto no_model = classify;
+    no_model.clear_model_spec();
+    CHECK(code_of(no_model).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    auto bytes = classify;
+    (*bytes.mutable_input()->mutable_example_list()->mutable_examples(0)->mutable_features()->mutable_feature())["x"]
+        .mutable_bytes_list()
+        ->add_value("abc");
+    CHECK_THAT(code_of(bytes).error_message(), Catch::Contains("example 0: feature 'x' holds bytes"));
+    tfs::MultiInferenceRequest predict_task = multi;
+    predict_task.mutable_tasks(1)->set_method_name("tensorflow/serving/predict");
+    grpc::ClientContext c;
+    tfs::MultiInferenceResponse r;
+    CHECK(stub->MultiInference(&c, predict_task, &r).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
 }

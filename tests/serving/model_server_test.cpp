@@ -69,10 +69,10 @@ TEST_CASE("the server answers with the highest version and its outputs are the m
   CHECK(answer->signature->outputs.front().name == "y");
   CHECK(all_close(answer->outputs.front(), expected_output(22, x), 1e-6, 1e-6));
 
-  SECTION("unknown models, versions and signatures are not_found; bad inputs invalid_argument") {
+  SECTION("unknown models and versions are not_found, signatures failed_precondition; bad inputs invalid_argument") {
     CHECK((*server)->predict({.name = "nope"}, {{"x", x}}).error_value().code == errc::not_found);
     CHECK((*server)->predict({.name = "dense", .version = 1}, {{"x", x}}).error_value().code == errc::not_found);
-    CHECK((*server)->predict({.name = "dense", .signature_name = "other"}, {{"x", x}}).error_value().code == errc::not_found);
+    CHECK((*server)->predict({.name = "dense", .signature_name = "other"}, {{"x", x}}).error_value().code == errc::failed_precondition);
     CHECK((*server)->predict({.name = "dense"}, {{"z", x}}).error_value().code == errc::invalid_argument);
     CHECK((*server)->predict({.name = "dense"}, {{"x", some_rows(1).reshape({2, 2}).value()}}).error_value().code ==
           errc::invalid_argument);

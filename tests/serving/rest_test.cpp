@@ -181,8 +181,18 @@ TEST_CASE("the REST server answers TF Serving's API over kept-alive connections"
     CHECK(bad.status == 400);
     CHECK_THAT(error_of(bad), Catch::Contains("instances[0]"));
     CHECK(client.request("POST", "/v1/models/dense:classify", body).status == 400);
-    CHECK(client.request("GET", "/v1/models/dense:predict").status == 405);
+    // TF Serving's answers: the wrong method or a path under /v1/ that names nothing is a
+    // malformed request; a path outside /v1/ is not found; an unknown signature is the client's.
+    auto wrong_method = client.request("GET", "/v1/models/dense:predict");
+    CHECK(wrong_method.status == 400);
+    CHECK_THAT(error_of(wrong_method), Catch::Contains("Malformed request: GET /v1/models/dense:predict"));
+    CHECK(client.request("POST", "/v1/models/dense").status == 400);
+    CHECK(client.request("GET", "/v1/models/dense/versions/x").status == 400);
+    CHECK(client.request("GET", "/v1/models/dense:frobnicate").status == 400);
     CHECK(client.request("GET", "/v2/anything").status == 404);
+    auto no_signature = client.request("POST", "/v1/models/dense:predict", R"({"signature_name": "nope", "instances": [[1, 2, 3, 4]]})");
+    CHECK(no_signature.status == 400);
+    CHECK_THAT(error_of(no_signature), Catch::Contains("\"nope\" not found"));
     // A deadline that has passed when the request reaches the queue: 504, without running.
     auto late = client.request("POST", "/v1/models/dense:predict", body, "X-Request-Timeout-Ms: 0\r\n");
     CHECK(late.status == 504);
@@ -464,4 +474,50 @@ TEST_CASE("the REST server keeps HTTP/1.0 and 1.1 connection rules and answers p
     CHECK(answers[4].body == answers[0].body);
     ::close(fd);
   }
+}
+
+TEST_CASE("REST :classify and :regress answer as TF Serving, and the metadata names the methods", "[serving][rest][inference]") {
+  testing::scratch_dir scratch{"af_rest"};
+  testing::save_inference_model(scratch.path / "1");
+  runtime rt;
+  server_options options;
+  options.poll_interval = std::chrono::milliseconds(0);
+  auto models = model_server::start(rt, {{.name = "m", .base_path = scratch.path.string()}}, options);
+  REQUIRE(models);
+  http_options http;
+  http.port = 0;
+  auto rest = http_server::start(**models, nullptr, http);
+  REQUIRE(rest);
+  testing::http_client client{(*rest)->port()};
+
+  const std::string examples = R"("examples": [{"x": [0.5, -1.0, 2.0, 0.25]}, {"x": [-0.5, 1.0, 0.0, 3.0]}])";
+  auto classified = client.request("POST", "/v1/models/m:classify", "{" + examples + "}");
+  REQUIRE(classified.status == 200);
+  const auto results = json::parse(classified.body)["results"];
+  auto scores = (*models)->predict({.name = "m", .signature_name = "predict"},
+                                   {{"x", tensor::from_vector<float>({0.5f, -1, 2, 0.25f, -0.5f, 1, 0, 3}, {2, 4})}});
+  REQUIRE(scores);
+  REQUIRE(results.size() == 2);
+  for (std::size_t r = 0; r < 2; ++r) {
+    REQUIRE(results[r].size() == 3);
+    for (std::size_t c = 0; c < 3; ++c) {
+      CHECK(results[r][c][0] == "");
+      CHECK(results[r][c][1].get<float>() == scores->outputs[0].data<float>()[r * 3 + c]);
+    }
+  }
+  auto regressed = client.request("POST", "/v1/models/m/versions/1:regress", R"({"signature_name": "regress", )" + examples + "}");
+  REQUIRE(regressed.status == 200);
+  CHECK(json::parse(regressed.body)["results"].size() == 2);
+
+  auto wrong = client.request("POST", "/v1/models/m:regress", "{" + examples + "}");  // serving_default classifies
+  CHECK(wrong.status == 400);
+  CHECK_THAT(wrong.body, Catch::Contains("Expected regression signature method_name"));
+  CHECK(client.request("POST", "/v1/models/m:classify", R"({"examples": [{"y": [1.0]}]})").status == 400);
+  CHECK(client.request("POST", "/v1/models/m:classify", R"({"signature_name": "nope", )" + examples + "}").status == 400);
+  CHECK(client.request("GET", "/v1/models/m:classify").status == 400);
+
+  auto meta = json::parse(client.request("GET", "/v1/models/m/metadata").body)["metadata"]["signature_def"]["signature_def"];
+  CHECK(meta["serving_default"]["method_name"] == "tensorflow/serving/classify");
+  CHECK(meta["regress"]["method_name"] == "tensorflow/serving/regress");
+  CHECK(meta["predict"]["method_name"] == "tensorflow/serving/predict");
 }

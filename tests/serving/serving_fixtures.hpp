@@ -32,6 +32,44 @@ inline void save_version(const std::filesystem::path& base, int64_t version, uin
   if (!saved) throw std::runtime_error(saved.error_value().message);
 }
 
+/// A model saved with TF Serving's classify and regress signatures over one input x: f32[-1,4]:
+/// "serving_default" and "classify" (method classify: "scores" = softmax over 3 classes),
+/// "regress" (method regress: "outputs" f32[-1,1]) and "predict" (the classifier, as predict).
+inline void save_inference_model(const std::filesystem::path& dir, uint64_t seed = 7) {
+  auto build = [&](const char* output, int64_t units, const char* activation, uint64_t model_seed) {
+    auto x = nn::input({4}, dtype::f32, "x");
+    auto y = nn::dense(units, {.activation = activation, .name = output})(x);
+    auto m = nn::model::functional({x}, {y}, {.seed = model_seed});
+    if (!m) throw std::runtime_error(m.error_value().message);
+    return std::move(*m);
+  };
+  const nn::model classifier = build("scores", 3, "softmax", seed);
+  const nn::model regressor = build("outputs", 1, "", seed + 1);
+  graph::module functions;
+  std::vector<named_tensor> variables;
+  for (const auto* m : {&classifier, &regressor}) {
+    auto body = m->inference_graph();
+    if (!body) throw std::runtime_error(body.error_value().message);
+    const std::string function = m == &classifier ? "classifier" : "regressor";
+    auto sign = [&](const char* name, std::string_view method) {
+      auto sig = graph::signature_of(name, function, *body, 1);
+      sig.method_name = std::string{method};
+      functions.signatures.push_back(std::move(sig));
+    };
+    if (m == &classifier) {
+      sign("serving_default", graph::classify_method);
+      sign("classify", graph::classify_method);
+      sign("predict", graph::predict_method);
+    } else {
+      sign("regress", graph::regress_method);
+    }
+    functions.functions.push_back({function, std::move(*body)});
+    for (std::size_t i = 0; i < m->weights().size(); ++i) variables.push_back({m->weights()[i].name, m->weight_values()[i]});
+  }
+  auto saved = saved_model::save(functions, variables, dir.string());
+  if (!saved) throw std::runtime_error(saved.error_value().message);
+}
+
 struct http_answer {
   int status = 0;
   std::string headers;
