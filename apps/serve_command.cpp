@@ -2,7 +2,8 @@
 //
 //   actorflow serve --model_name=digits --model_base_path=/models/digits --rest_api_port=8501
 //                   [--port=8500] [--actor_port=8502] [--enable_batching [--batching_parameters_file=F]]
-//                   [--model_config_file=F] [--file_system_poll_wait_seconds=1]
+//                   [--model_config_file=F [--model_config_file_poll_wait_seconds=0]] [--file_system_poll_wait_seconds=1]
+//                   [--monitoring_config_file=F] [--grpc_channel_arguments=k=v,...]
 //                   [--bind_address=127.0.0.1] [--rest_api_num_threads=N] [--rest_api_timeout_in_ms=MS]
 //                   [--bearer_token_file=F | --bearer_token=T] [--ssl_config_file=F] [--max_body_bytes=N]
 //                   [--tensorflow_intra_op_parallelism=N]
@@ -15,6 +16,9 @@
 // the secret is not in `ps`; --bearer_token still works) guards every front end: REST's
 // Authorization header, gRPC's authorization metadata, the actor endpoint's requests.
 // --ssl_config_file (TF Serving's SSLConfig text) puts REST and gRPC behind TLS.
+// --model_config_file_poll_wait_seconds re-reads the model config file that often and serves a
+// changed list (as gRPC's HandleReloadConfigRequest does); --monitoring_config_file (TF Serving's
+// MonitoringConfig) turns the Prometheus metrics off or moves them.
 // SIGINT / SIGTERM stop the server: it stops accepting, answers what is in flight and exits 0.
 
 #include <algorithm>
@@ -37,6 +41,7 @@
 #include "actors/runtime.hpp"
 #include "apps/commands.hpp"
 #include "apps/serving/actor_endpoint.hpp"
+#include "apps/serving/config_watcher.hpp"
 #include "apps/serving/grpc_server.hpp"
 #include "apps/serving/http_server.hpp"
 #include "apps/serving/metrics.hpp"
@@ -56,6 +61,9 @@ int usage(FILE* out) {
                "         [--rest_api_num_threads=0 (a thread per core)] [--rest_api_timeout_in_ms=30000] [--grpc_num_threads=0]\n"
                "         [--bearer_token_file=FILE | --bearer_token=TOKEN] [--max_body_bytes=67108864] [--tensorflow_intra_op_parallelism=0]\n"
                "         [--ssl_config_file=FILE (TLS for REST and gRPC: TF Serving's SSLConfig)]\n"
+               "         [--model_config_file_poll_wait_seconds=0 (re-read --model_config_file that often; 0: never)]\n"
+               "         [--monitoring_config_file=FILE (TF Serving's MonitoringConfig: metrics on/off and path)]\n"
+               "         [--grpc_channel_arguments=KEY=VALUE,... (gRPC server arguments, as TF Serving passes them)]\n"
                "  the token may also come from the environment: ACTORFLOW_BEARER_TOKEN\n"
                "  TF Serving's other flags (--enable_model_warmup, --num_load_threads, ...) are accepted with a warning\n"
                "  a port of -1 picks a free one; 0 turns that front end off\n");
@@ -178,8 +186,7 @@ const std::vector<std::string> tf_serving_flags_ignored{
     "grpc_socket_path", "num_load_threads", "num_unload_threads", "max_num_load_retries", "load_retry_interval_micros",
     "tensorflow_session_parallelism", "tensorflow_inter_op_parallelism", "tensorflow_session_config_file", "platform_config_file",
     "per_process_gpu_memory_fraction", "saved_model_tags", "num_request_iterations_for_warmup", "num_tflite_pools",
-    "num_tflite_interpreters_per_pool", "thread_pool_factory_config_file", "mixed_precision",
-    "model_config_file_poll_wait_seconds", "monitoring_config_file", "grpc_channel_arguments"};
+    "num_tflite_interpreters_per_pool", "thread_pool_factory_config_file", "mixed_precision"};
 
 }  // namespace
 
@@ -190,7 +197,8 @@ int run_serve(int argc, char** argv) {
                                  "bind_address", "enable_batching", "batching_parameters_file",
                                  "file_system_poll_wait_seconds", "rest_api_num_threads", "rest_api_timeout_in_ms",
                                  "grpc_num_threads", "grpc_max_threads", "bearer_token", "bearer_token_file", "ssl_config_file",
-                                 "max_body_bytes", "tensorflow_intra_op_parallelism"};
+                                 "max_body_bytes", "tensorflow_intra_op_parallelism", "model_config_file_poll_wait_seconds",
+                                 "monitoring_config_file", "grpc_channel_arguments"};
   booleans.insert(booleans.end(), tf_serving_switches_ignored.begin(), tf_serving_switches_ignored.end());
   known.insert(known.end(), tf_serving_switches_ignored.begin(), tf_serving_switches_ignored.end());
   known.insert(known.end(), tf_serving_flags_ignored.begin(), tf_serving_flags_ignored.end());
@@ -245,6 +253,19 @@ int run_serve(int argc, char** argv) {
     options.batching = std::move(*params);
   }
   const auto poll = integer_flag("file_system_poll_wait_seconds", 1, 0);
+  const auto config_poll = integer_flag("model_config_file_poll_wait_seconds", 0, 0);
+  if (config_poll && *config_poll > 0 && !flags->count("model_config_file"))
+    return fail("--model_config_file_poll_wait_seconds needs --model_config_file");
+  // Metrics at TF Serving's path unless a --monitoring_config_file says otherwise (TF Serving
+  // serves none without one; this server's have always been on).
+  std::string metrics_path = "/monitoring/prometheus/metrics";
+  if (flags->count("monitoring_config_file")) {
+    auto read = serving::read_monitoring_config(flag("monitoring_config_file"));
+    if (!read) return fail(read.error_value().message);
+    metrics_path = std::move(*read);
+  }
+  auto channel_arguments = serving::parse_channel_arguments(flag("grpc_channel_arguments"));
+  if (!channel_arguments) return fail("--grpc_channel_arguments: " + channel_arguments.error_value().message);
   const auto rest_port = integer_flag("rest_api_port", 0, -1);
   const auto grpc_port = integer_flag("port", 8500, -1);
   const auto actor_port = integer_flag("actor_port", 0, -1);
@@ -256,7 +277,7 @@ int run_serve(int argc, char** argv) {
   const auto body_limit = integer_flag("max_body_bytes", 64 << 20, 1);
   // As in TF Serving: threads one op of a model call may split its work over; 0 takes every core.
   const auto intra_op = integer_flag("tensorflow_intra_op_parallelism", 0, 0);
-  if (!poll || !rest_port || !grpc_port || !actor_port || !rest_threads || !grpc_threads || !rest_timeout || !body_limit || !intra_op)
+  if (!poll || !config_poll || !rest_port || !grpc_port || !actor_port || !rest_threads || !grpc_threads || !rest_timeout || !body_limit || !intra_op)
     return 2;
   if (*rest_port > 65535 || *grpc_port > 65535 || *actor_port > 65535) return fail("ports go up to 65535");
   if (*rest_port == 0 && *grpc_port == 0 && *actor_port == 0)
@@ -308,7 +329,8 @@ int run_serve(int argc, char** argv) {
                                .max_body_bytes = static_cast<std::size_t>(*body_limit),
                                .request_timeout = std::chrono::milliseconds(*rest_timeout),
                                .bearer_token = *token,
-                               .tls = tls};
+                               .tls = tls,
+                               .metrics_path = metrics_path};
     auto started = serving::http_server::start(**server, metrics, http);
     if (!started) return fail(started.error_value().message);
     rest = std::move(*started);
@@ -320,7 +342,8 @@ int run_serve(int argc, char** argv) {
                                                {.threads = grpc_thread_count,
                                                 .max_message_bytes = static_cast<std::size_t>(*body_limit),
                                                 .bearer_token = *token,
-                                                .tls = tls});
+                                                .tls = tls,
+                                                .channel_arguments = *channel_arguments});
     if (!started) return fail(started.error_value().message);
     grpc = std::move(*started);
   }
@@ -330,6 +353,13 @@ int run_serve(int argc, char** argv) {
     if (!started) return fail(started.error_value().message);
     actors = std::move(*started);
   }
+  std::unique_ptr<serving::model_config_watcher> config_watcher;
+  if (*config_poll > 0)
+    config_watcher = std::make_unique<serving::model_config_watcher>(
+        **server, flag("model_config_file"), models, std::chrono::seconds(*config_poll), [](const std::string& line) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+        });
+  if (rest) std::printf("serving: metrics %s\n", metrics_path.empty() ? "off" : ("at " + metrics_path).c_str());
   std::printf("serving: front-end threads: REST %zu, gRPC %zu\n", rest ? rest_thread_count : 0, grpc ? grpc_thread_count : 0);
   std::printf("serving: ready rest=%d grpc=%d actor=%d\n", rest ? rest->port() : 0, grpc ? grpc->port() : 0,
               actors ? actors->port() : 0);
@@ -337,6 +367,7 @@ int run_serve(int argc, char** argv) {
 
   const int received = wait_for_stop_signal();
   std::printf("serving: %s, stopping\n", received == SIGINT ? "SIGINT" : "SIGTERM");
+  config_watcher.reset();
   actors.reset();
   grpc.reset();
   rest.reset();

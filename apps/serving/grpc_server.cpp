@@ -1,10 +1,12 @@
 #include "apps/serving/grpc_server.hpp"
 
 #include <absl/synchronization/mutex.h>
+#include <google/protobuf/text_format.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "apps/serving/example_proto.hpp"
 #include "apps/serving/model_server.hpp"
 #include "apps/serving/request_deadline.hpp"
+#include "apps/serving/serving_config.hpp"
 #include "apps/serving/tensor_proto.hpp"
 #include "serialization/saved_model.hpp"
 #include "tensorflow_serving/apis/classification.pb.h"
@@ -334,15 +337,27 @@ class model_service final : public tfs::ModelService::CallbackService {
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* HandleReloadConfigRequest(grpc::CallbackServerContext* ctx, const tfs::ReloadConfigRequest*,
-                                                      tfs::ReloadConfigResponse*) override {
+  // The new ModelServerConfig replaces the served list (TF Serving's semantics): it is checked as a
+  // --model_config_file is, and the call returns once the models it adds are loaded. It runs on
+  // gRPC's thread: loads are rare, and an operator's call may wait for them.
+  grpc::ServerUnaryReactor* HandleReloadConfigRequest(grpc::CallbackServerContext* ctx, const tfs::ReloadConfigRequest* request,
+                                                      tfs::ReloadConfigResponse* response) override {
     auto* reactor = ctx->DefaultReactor();
     if (!authorized(*ctx, options_.bearer_token)) {
       reactor->Finish(unauthenticated);
       return reactor;
     }
-    reactor->Finish({grpc::StatusCode::UNIMPLEMENTED,
-                     "HandleReloadConfigRequest is not supported: restart the server with the new --model_config_file"});
+    auto done = [&]() -> expected<void> {
+      std::string text;
+      if (!google::protobuf::TextFormat::PrintToString(request->config(), &text))
+        return make_error(errc::invalid_argument, "ReloadConfigRequest.config cannot be printed as text");
+      AF_TRY_ASSIGN(auto models, parse_model_config(text, "ReloadConfigRequest.config"));
+      return models_.reconfigure(std::move(models));
+    }();
+    const grpc::Status status = done ? grpc::Status::OK : to_status(done.error_value());
+    response->mutable_status()->set_error_code(static_cast<tensorflow::error::Code>(status.error_code()));
+    response->mutable_status()->set_error_message(status.error_message());
+    reactor->Finish(status);
     return reactor;
   }
 
@@ -412,14 +427,23 @@ expected<std::unique_ptr<grpc_server>> grpc_server::start(model_server& models, 
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   auto state = std::make_unique<impl>(models, options);
   grpc::ServerBuilder builder;
+  auto given = [&](std::string_view key) {
+    return std::any_of(options.channel_arguments.begin(), options.channel_arguments.end(), [&](const auto& a) { return a.first == key; });
+  };
   // Without this, gRPC binds with SO_REUSEPORT and a second server on a busy port "succeeds",
   // sharing its calls with the first.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (!given(GRPC_ARG_ALLOW_REUSEPORT)) builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, credentials_of(options.tls), &state->port);
   builder.RegisterService(&state->predictions);
   builder.RegisterService(&state->management);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (!given(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH)) builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  if (!given(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH)) builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  for (const auto& [key, value] : options.channel_arguments) {
+    int number = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (ec == std::errc{} && end == value.data() + value.size()) builder.AddChannelArgument(key, number);
+    else builder.AddChannelArgument(key, value);
+  }
   if (options.threads > 0) {
     grpc::ResourceQuota quota{"actorflow_grpc"};
     quota.SetMaxThreads(static_cast<int>(options.threads));
@@ -430,6 +454,21 @@ expected<std::unique_ptr<grpc_server>> grpc_server::start(model_server& models, 
     return make_error(errc::io_error, "grpc: cannot listen on '" + address + "' (address in use, or not host:port" +
                                           (options.tls ? "; or the TLS key and certificate do not load)" : ")"));
   return std::unique_ptr<grpc_server>{new grpc_server{std::move(state)}};
+}
+
+expected<std::vector<std::pair<std::string, std::string>>> parse_channel_arguments(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      return make_error(errc::invalid_argument, "grpc channel argument '" + std::string{item} + "' is not key=value");
+    out.emplace_back(std::string{item.substr(0, eq)}, std::string{item.substr(eq + 1)});
+  }
+  return out;
 }
 
 grpc_server::grpc_server(std::unique_ptr<impl> state) : impl_(std::move(state)) {}

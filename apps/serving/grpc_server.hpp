@@ -30,6 +30,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "apps/serving/tls_config.hpp"
 #include "ops/error.hpp"
@@ -51,7 +54,15 @@ struct grpc_options {
   /// When set, the port speaks TLS only (TF Serving's --ssl_config_file); with client_verify, a
   /// client without a certificate custom_ca signed cannot complete the handshake.
   std::optional<tls_config> tls;
+  /// gRPC channel arguments for the server (TF Serving's --grpc_channel_arguments), by key: a value
+  /// that reads as an integer is passed as one, any other as a string. One given here wins over
+  /// the server's own setting of the same key (max message sizes, SO_REUSEPORT).
+  std::vector<std::pair<std::string, std::string>> channel_arguments;
 };
+
+/// "grpc.max_connection_age_ms=1000,grpc.keepalive_time_ms=60000" as key/value pairs;
+/// invalid_argument naming the item for one without a key or without '='.
+expected<std::vector<std::pair<std::string, std::string>>> parse_channel_arguments(std::string_view text);
 
 /// gRPC's status code (the numbers of grpc::StatusCode and tensorflow.error.Code) for `code`.
 int grpc_status_code(errc code) noexcept;

@@ -283,7 +283,7 @@ class session : public connection, public std::enable_shared_from_this<session<S
     }
     const std::string_view target{head.target().data(), head.target().size()};
     const std::string_view path = target.substr(0, target.find('?'));
-    if (path == "/monitoring/prometheus/metrics") {
+    if (!ctx_->options.metrics_path.empty() && path == ctx_->options.metrics_path) {
       if (head.method() != http::verb::get) return refuse(405, "use GET for metrics");
       if (!ctx_->metrics) return refuse(404, "metrics are off");
       pending_ = pending_reply{200, ctx_->metrics->prometheus_text(), false, "text/plain; version=0.0.4"};

@@ -49,6 +49,8 @@ struct http_options {
   std::string bearer_token;
   /// When set, the port speaks HTTPS only (the same SSLConfig as gRPC's).
   std::optional<tls_config> tls;
+  /// Where the Prometheus metrics are served (TF Serving's MonitoringConfig path); empty: nowhere.
+  std::string metrics_path = "/monitoring/prometheus/metrics";
 };
 
 /// The HTTP status TF Serving answers an error with.

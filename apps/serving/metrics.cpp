@@ -1,6 +1,7 @@
 #include "apps/serving/metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace af::serving {
@@ -69,7 +70,67 @@ std::string labels(const std::string& model, int64_t version, const std::string&
          prometheus_label(signature) + "\"";
 }
 
+// TF Serving's status name (tensorflow::error::Code) for one of our outcomes ("OK" or an errc's name).
+const char* tf_status_name(const std::string& outcome) {
+  static const std::map<std::string, const char*, std::less<>> names{
+      {"OK", "OK"},
+      {"invalid_argument", "INVALID_ARGUMENT"}, {"shape_mismatch", "INVALID_ARGUMENT"}, {"dtype_mismatch", "INVALID_ARGUMENT"},
+      {"unknown_dtype", "INVALID_ARGUMENT"}, {"malformed_input", "INVALID_ARGUMENT"}, {"out_of_range", "INVALID_ARGUMENT"},
+      {"not_found", "NOT_FOUND"}, {"failed_precondition", "FAILED_PRECONDITION"},
+      {"resource_exhausted", "RESOURCE_EXHAUSTED"}, {"out_of_memory", "RESOURCE_EXHAUSTED"},
+      {"timeout", "DEADLINE_EXCEEDED"}, {"cancelled", "CANCELLED"}, {"unsupported", "UNIMPLEMENTED"},
+      {"peer_down", "UNAVAILABLE"}, {"internal", "INTERNAL"}};
+  auto it = names.find(outcome);
+  return it == names.end() ? "UNKNOWN" : it->second;
+}
+
 }  // namespace
+
+// TF Serving's own names for the same requests, so that its dashboards and alerts keep working:
+// the count by model and status, and the latency in microseconds by model (TF Serving's API and
+// entrypoint labels are not kept apart here). Called with mtx_ held.
+void serving_metrics::tf_serving_series(std::string& out) const {
+  std::map<std::pair<std::string, std::string>, uint64_t> counts;  // model, TF status
+  struct merged {
+    std::array<uint64_t, latency_buckets.size()> buckets{};
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  std::map<std::string, merged> latency;
+  for (const auto& [key, h] : requests_) {
+    const auto& model = std::get<0>(key);
+    const uint64_t count = h.count.load(std::memory_order_acquire);
+    counts[{model, tf_status_name(std::get<3>(key))}] += count;
+    auto& m = latency[model];
+    uint64_t seen = 0;
+    for (std::size_t i = 0; i < latency_buckets.size(); ++i) {
+      const uint64_t n = h.buckets[i].load(std::memory_order_relaxed);
+      m.buckets[i] += n;
+      seen += n;
+    }
+    m.count += std::max(seen, count);
+    m.sum += h.sum.load(std::memory_order_relaxed);
+  }
+  out += "# HELP :tensorflow:serving:request_count The total number of requests.\n";
+  out += "# TYPE :tensorflow:serving:request_count counter\n";
+  for (const auto& [key, n] : counts)
+    out += ":tensorflow:serving:request_count{model_name=\"" + prometheus_label(key.first) + "\",status=\"" + key.second + "\"} " +
+           std::to_string(n) + "\n";
+  out += "# HELP :tensorflow:serving:request_latency Distribution of wall time (in microseconds) for Tensorflow Serving request.\n";
+  out += "# TYPE :tensorflow:serving:request_latency histogram\n";
+  for (const auto& [model, m] : latency) {
+    const std::string l = "model_name=\"" + prometheus_label(model) + "\"";
+    uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < latency_buckets.size(); ++i) {
+      cumulative += m.buckets[i];
+      out += ":tensorflow:serving:request_latency_bucket{" + l + ",le=\"" + std::to_string(std::llround(latency_buckets[i] * 1e6)) + "\"} " +
+             std::to_string(cumulative) + "\n";
+    }
+    out += ":tensorflow:serving:request_latency_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(m.count) + "\n";
+    out += ":tensorflow:serving:request_latency_sum{" + l + "} " + number(m.sum * 1e6) + "\n";
+    out += ":tensorflow:serving:request_latency_count{" + l + "} " + std::to_string(m.count) + "\n";
+  }
+}
 
 std::string serving_metrics::prometheus_text() const {
   std::string out;
@@ -100,6 +161,7 @@ std::string serving_metrics::prometheus_text() const {
       out += "actorflow_serving_request_latency_seconds_sum{" + l + "} " + number(h.sum.load(std::memory_order_relaxed)) + "\n";
       out += "actorflow_serving_request_latency_seconds_count{" + l + "} " + std::to_string(cumulative) + "\n";
     }
+    tf_serving_series(out);
     out += "# HELP actorflow_serving_model_load_count Version loads, by outcome.\n";
     out += "# TYPE actorflow_serving_model_load_count counter\n";
     for (const auto& [key, n] : loads_) {

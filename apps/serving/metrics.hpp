@@ -61,6 +61,7 @@ class serving_metrics {
   std::string prometheus_text() const;
 
  private:
+  void tf_serving_series(std::string& out) const;
   using request_key = std::tuple<std::string, int64_t, std::string, std::string>;  // model, version, signature, outcome
   mutable std::mutex mtx_;
   std::map<request_key, latency_histogram> requests_;

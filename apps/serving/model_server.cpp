@@ -262,14 +262,14 @@ struct model_server::impl {
   }
 };
 
-expected<std::unique_ptr<model_server>> model_server::start(runtime& rt, std::vector<model_config> models,
-                                                            server_options options, std::shared_ptr<serving_metrics> metrics) {
+namespace {
+
+// What start() and reconfigure() refuse: no models, a nameless or twice-named one, a base path
+// that is not a directory, a specific policy without versions.
+expected<void> check_models(const std::vector<model_config>& models) {
   if (models.empty()) return make_error(errc::invalid_argument, "serving: no model to serve");
-  auto state = std::make_unique<impl>();
-  state->rt = &rt;
-  state->options = std::move(options);
-  state->metrics = std::move(metrics);
-  for (auto& config : models) {
+  std::set<std::string_view> names;
+  for (const auto& config : models) {
     if (config.name.empty()) return make_error(errc::invalid_argument, "serving: a model without a name");
     std::error_code ec;
     if (!fs::is_directory(config.base_path, ec))
@@ -277,9 +277,23 @@ expected<std::unique_ptr<model_server>> model_server::start(runtime& rt, std::ve
                                                     "' is not a directory");
     if (config.policy.choice == version_policy::kind::specific && config.policy.specific_versions.empty())
       return make_error(errc::invalid_argument, "serving: model '" + config.name + "': a specific version policy without versions");
+    if (!names.insert(config.name).second) return make_error(errc::invalid_argument, "serving: model '" + config.name + "' is configured twice");
+  }
+  return {};
+}
+
+}  // namespace
+
+expected<std::unique_ptr<model_server>> model_server::start(runtime& rt, std::vector<model_config> models,
+                                                            server_options options, std::shared_ptr<serving_metrics> metrics) {
+  AF_TRY(check_models(models));
+  auto state = std::make_unique<impl>();
+  state->rt = &rt;
+  state->options = std::move(options);
+  state->metrics = std::move(metrics);
+  for (auto& config : models) {
     const std::string name = config.name;
-    if (!state->models.emplace(name, model_entry{std::move(config), {}, {}, {}}).second)
-      return make_error(errc::invalid_argument, "serving: model '" + name + "' is configured twice");
+    state->models.emplace(name, model_entry{std::move(config), {}, {}, {}});
   }
   auto server = std::unique_ptr<model_server>(new model_server(std::move(state)));
   impl* self = server->impl_.get();
@@ -428,5 +442,45 @@ std::vector<std::string> model_server::model_names() const {
 }
 
 void model_server::poll_now() { impl_->scan(true); }
+
+expected<void> model_server::reconfigure(std::vector<model_config> models) {
+  AF_TRY(check_models(models));
+  impl& self = *impl_;
+  std::lock_guard<std::mutex> guard{self.scan_mtx};
+  std::set<std::string, std::less<>> kept;
+  for (auto& config : models) {
+    kept.insert(config.name);
+    auto it = self.models.find(config.name);
+    if (it != self.models.end() && it->second.config.base_path == config.base_path) {
+      // The same versions on disk: the new policy decides which stay, the labels change at once.
+      std::unique_lock lock{self.routing_mtx};
+      it->second.config = std::move(config);
+      continue;
+    }
+    // A new model, or a new base path: its versions load before anything of the old one leaves.
+    model_entry fresh{config, {}, {}, {}};
+    self.scan_model(fresh);
+    std::unique_lock lock{self.routing_mtx};
+    if (it != self.models.end()) {
+      for (auto& [v, s] : it->second.available) self.draining.push_back(std::move(s));
+      it->second = std::move(fresh);
+    } else {
+      self.models.emplace(config.name, std::move(fresh));
+    }
+  }
+  // Models left out: no new requests reach them; those in flight finish before they unload.
+  for (auto it = self.models.begin(); it != self.models.end();) {
+    if (kept.count(it->first)) {
+      ++it;
+      continue;
+    }
+    std::unique_lock lock{self.routing_mtx};
+    for (auto& [v, s] : it->second.available) self.draining.push_back(std::move(s));
+    it = self.models.erase(it);
+  }
+  for (auto& [name, m] : self.models) self.scan_model(m);
+  self.reap(false);
+  return {};
+}
 
 }  // namespace af::serving

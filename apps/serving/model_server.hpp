@@ -43,6 +43,7 @@ struct version_policy {
   kind choice = kind::latest;
   uint32_t latest_count = 1;             ///< latest: this many of the highest versions
   std::vector<int64_t> specific_versions;  ///< specific: exactly these
+  friend bool operator==(const version_policy&, const version_policy&) = default;
 };
 
 /// One model (an entry of --model_config_file, or --model_name with --model_base_path).
@@ -55,6 +56,7 @@ struct model_config {
   /// Fields of its config entry that the server takes without acting on them (logging_config,
   /// model_type), so that the operator can be told.
   std::vector<std::string> ignored_fields;
+  friend bool operator==(const model_config&, const model_config&) = default;
 };
 
 struct server_options {
@@ -109,6 +111,13 @@ class model_server {
   /// The signatures of the version a spec resolves to, and its number.
   expected<std::pair<int64_t, std::vector<graph::signature>>> signatures(const model_spec& spec) const;
   std::vector<std::string> model_names() const;
+
+  /// Serves `models` from now on (TF Serving's HandleReloadConfigRequest, or a changed
+  /// --model_config_file): models new to the list are loaded, those left out drain and unload,
+  /// those kept take their new policy and labels (a new base path loads its versions before the
+  /// old path's stop serving). Returns once the loads it started are done. invalid_argument, with
+  /// nothing changed, for a list start() would refuse.
+  expected<void> reconfigure(std::vector<model_config> models);
 
   /// Scans the base paths now (what the poller does every poll_interval); returns once the loads
   /// and unloads it started are done. For tests and for a SIGHUP-style reload.

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "tensorflow_serving/config/model_server_config.pb.h"
+#include "tensorflow_serving/config/monitoring_config.pb.h"
 #include "tensorflow_serving/config/ssl_config.pb.h"
 #include "tensorflow_serving/servables/tensorflow/session_bundle_config.pb.h"
 
@@ -227,6 +228,28 @@ expected<tls_config> parse_ssl_config(const std::string& text, const std::string
   if (config.client_verify() && config.custom_ca().empty())
     return invalid(path, at("client_verify"), "client_verify needs custom_ca, the authority client certificates are checked against");
   return tls_config{config.server_key(), config.server_cert(), config.custom_ca(), config.client_verify()};
+}
+
+expected<std::string> read_monitoring_config(const std::string& path) {
+  AF_TRY_ASSIGN(auto text, read_config_text(path));
+  return parse_monitoring_config(text, path);
+}
+
+expected<std::string> parse_monitoring_config(const std::string& text, const std::string& path) {
+  tensorflow::serving::MonitoringConfig config;
+  pb::TextFormat::ParseInfoTree tree;
+  AF_TRY(parse_text(text, path, config, tree));
+  const auto& prometheus = config.prometheus_config();
+  if (!prometheus.enable()) return std::string{};
+  if (prometheus.path().empty()) return std::string{"/monitoring/prometheus/metrics"};
+  const std::string& served = prometheus.path();
+  const bool plain = served.find_first_of("?# \t\r\n") == std::string::npos;
+  if (served.front() != '/' || !plain) {
+    const auto* nested = tree.GetTreeForNested(config.GetDescriptor()->FindFieldByName("prometheus_config"), -1);
+    return invalid(path, location_of(nested, prometheus, "path"),
+                   "prometheus_config.path '" + served + "' must be a URL path: starting with '/', without '?', '#' or spaces");
+  }
+  return served;
 }
 
 }  // namespace af::serving

@@ -59,6 +59,16 @@ expected<tls_config> read_ssl_config(const std::string& path);
 /// The same from the file's text; `path` only names it in errors.
 expected<tls_config> parse_ssl_config(const std::string& text, const std::string& path);
 
+/// Where the REST port serves Prometheus metrics, from a MonitoringConfig file
+/// (--monitoring_config_file):
+///       prometheus_config { enable: true  path: "/monitoring/prometheus/metrics" }
+/// Empty when the metrics are off (enable false or no prometheus_config, as in TF Serving);
+/// TF Serving's default path when enabled without one. Checked: a path starts with '/' and holds
+/// no '?', '#' or whitespace.
+expected<std::string> read_monitoring_config(const std::string& path);
+/// The same from the file's text; `path` only names it in errors.
+expected<std::string> parse_monitoring_config(const std::string& text, const std::string& path);
+
 /// The largest configuration file read (anything larger is refused, naming the file).
 inline constexpr std::size_t max_config_file_bytes = 16u << 20;
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../support/scratch_dir.hpp"
+#include "../support/eventually.hpp"
 #include "../support/skip.hpp"
 #include "../serving/serving_fixtures.hpp"
 #include "cli_test_support.hpp"
@@ -78,7 +79,46 @@ TEST_CASE("actorflow serve starts on TF Serving's flags and stops cleanly on SIG
   const std::string cores = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
   CHECK_THAT(r.out, Contains("front-end threads: REST " + cores + ", gRPC 3"));
   CHECK_THAT(r.err, Contains("warning: --enable_model_warmup=true is TF Serving's and is accepted without effect here") &&
-                        Contains("--num_load_threads=4") && Contains("--grpc_channel_arguments=grpc.max_connection_age_ms=1000"));
+                        Contains("--num_load_threads=4"));
+  CHECK(r.err.find("--grpc_channel_arguments") == std::string::npos);  // taken, not warned about
+  CHECK_THAT(r.out, Contains("serving: metrics at /monitoring/prometheus/metrics"));
+}
+
+TEST_CASE("actorflow serve re-reads its model config file and takes its monitoring config", "[cli][serve]") {
+  scratch_dir cwd{"af_cli_serve"};
+  save_dense_model(cwd.path / "models" / "a" / "1");
+  save_dense_model(cwd.path / "models" / "b" / "1");
+  auto write_config = [&](std::vector<std::string> names) {
+    std::ofstream config{cwd.path / "models.config.tmp"};
+    config << "model_config_list {\n";
+    for (const auto& name : names) config << "  config { name: '" << name << "' base_path: '" << (cwd.path / "models" / name).string() << "' }\n";
+    config << "}\n";
+    config.close();
+    std::filesystem::rename(cwd.path / "models.config.tmp", cwd.path / "models.config");  // as operators replace it: whole
+  };
+  write_config({"a"});
+  {
+    std::ofstream monitoring{cwd.path / "monitoring.config"};
+    monitoring << "prometheus_config { enable: true path: \"/metrics\" }\n";
+  }
+  child_process server{{AF_ACTORFLOW_PATH, "serve", "--model_config_file=models.config", "--model_config_file_poll_wait_seconds=1",
+                        "--monitoring_config_file=monitoring.config", "--rest_api_port=-1", "--port=0"},
+                       cwd.path};
+  const ports p = wait_ready(server);
+  testing::http_client rest{static_cast<uint16_t>(p.rest)};
+  CHECK(rest.request("GET", "/metrics").status == 200);
+  CHECK(rest.request("GET", "/monitoring/prometheus/metrics").status == 404);
+  CHECK(rest.request("GET", "/v1/models/b").status == 404);
+  write_config({"a", "b"});
+  CHECK(eventually([&] { return rest.request("GET", "/v1/models/b").status == 200; }, std::chrono::seconds(60)));
+  write_config({"b"});
+  CHECK(eventually([&] { return rest.request("GET", "/v1/models/a").status == 404; }, std::chrono::seconds(60)));
+  CHECK(rest.request("POST", "/v1/models/b:predict", R"({"instances": [[1, 2, 3, 4]]})").status == 200);
+  server.signal(SIGTERM);
+  auto r = server.finish(std::chrono::seconds(30));
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("models.config reloaded: serving a, b") && Contains("models.config reloaded: serving b"));
 }
 
 TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them", "[cli][serve]") {
@@ -107,6 +147,13 @@ TEST_CASE("actorflow serve refuses flags and files that do not fit, naming them"
   CHECK_THAT(refused({base, "--enable_batching", "--batching_parameters_file=bad.txt"}), Contains("bad.txt:2"));
   CHECK_THAT(refused({base, "--enable_batching", "--batching_parameters_file=missing.txt"}), Contains("missing.txt"));
   CHECK_THAT(refused({base, "--rest_api_port=0", "--port=0"}), Contains("every front end is off"));
+  CHECK_THAT(refused({base, "--model_config_file_poll_wait_seconds=5"}), Contains("needs --model_config_file"));
+  CHECK_THAT(refused({base, "--grpc_channel_arguments=grpc.keepalive_time_ms"}), Contains("--grpc_channel_arguments") && Contains("key=value"));
+  {
+    std::ofstream monitoring{cwd.path / "monitoring.txt"};
+    monitoring << "prometheus_config { enable: true path: \"metrics\" }\n";
+  }
+  CHECK_THAT(refused({base, "--monitoring_config_file=monitoring.txt"}), Contains("monitoring.txt:1:") && Contains("'metrics'"));
 }
 
 TEST_CASE("TF Serving's Python clients work unchanged against actorflow serve", "[cli][serve]") {

@@ -1,14 +1,14 @@
 // Fuzzes the readers of TF Serving's configuration files: a BatchingParameters text (the
-// --batching_parameters_file), a ModelServerConfig text (the --model_config_file) and an SSLConfig
-// text (the --ssl_config_file).
+// --batching_parameters_file), a ModelServerConfig text (the --model_config_file), an SSLConfig
+// text (the --ssl_config_file) and a MonitoringConfig text (the --monitoring_config_file).
 //
-// Input: one byte choosing the parser (modulo 3: batching parameters, model config, SSL config),
-// then the text.
+// Input: one byte choosing the parser (modulo 4: batching parameters, model config, SSL config,
+// monitoring config), then the text.
 // Invariants: no crash or hang; a refusal is malformed_input (does not parse), invalid_argument
 // or unsupported (does not fit), with a message naming the file; accepted batching options keep
 // the rules read_batching_parameters promises, and accepted models have unique, non-empty names
 // and base paths; an accepted SSL config has PEM key and certificate, and a CA when it verifies
-// clients.
+// clients; an accepted monitoring path is empty (off) or a URL path.
 
 #include <set>
 #include <string>
@@ -31,7 +31,14 @@ void check_refusal(const error& e) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string text{af::fuzz::as_chars(data + 1, size - 1)};
-  if (data[0] % 3 == 2) {
+  if (data[0] % 4 == 3) {
+    auto path = serving::parse_monitoring_config(text, "fuzz.conf");
+    if (!path) return check_refusal(path.error_value()), 0;
+    AF_FUZZ_CHECK(path->empty() || ((*path)[0] == '/' && path->find_first_of("?# \t\r\n") == std::string::npos),
+                  "a monitoring path that is not a URL path was accepted: " + *path);
+    return 0;
+  }
+  if (data[0] % 4 == 2) {
     auto tls = serving::parse_ssl_config(text, "fuzz.conf");
     if (!tls) return check_refusal(tls.error_value()), 0;
     AF_FUZZ_CHECK(tls->server_key.find("-----BEGIN ") != std::string::npos && tls->server_cert.find("-----BEGIN ") != std::string::npos,
@@ -39,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     AF_FUZZ_CHECK(!tls->client_verify || !tls->custom_ca.empty(), "client_verify without custom_ca was accepted");
     return 0;
   }
-  if (data[0] % 3 == 0) {
+  if (data[0] % 4 == 0) {
     auto options = serving::parse_batching_parameters(text, "fuzz.conf");
     if (!options) return check_refusal(options.error_value()), 0;
     AF_FUZZ_CHECK(options->max_batch_size >= 1 && options->max_enqueued_batches >= 1 && options->num_batch_threads >= 1,

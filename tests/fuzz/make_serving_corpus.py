@@ -123,8 +123,8 @@ def main(root):
     for i, (limits, proto) in enumerate(protos):
         write(root, "tensor_proto", "seed_%02d" % i, bytes([limits]) + proto)
 
-    # serving_config: a byte choosing the parser (modulo 3: BatchingParameters, ModelServerConfig,
-    # SSLConfig), then the text.
+    # serving_config: a byte choosing the parser (modulo 4: BatchingParameters, ModelServerConfig,
+    # SSLConfig, MonitoringConfig), then the text.
     configs = [
         (0, "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 1000 }\nmax_enqueued_batches { value: 16 }\n"
             "num_batch_threads { value: 4 }\nallowed_batch_sizes: 8\nallowed_batch_sizes: 32\npad_variable_length_inputs: true\n"),
@@ -139,6 +139,11 @@ def main(root):
     configs += [
         (2, 'server_key: "%s"\nserver_cert: "%s"\n' % (pem, cert)),
         (2, 'server_key: "%s"\nserver_cert: "%s"\ncustom_ca: "%s"\nclient_verify: true\n' % (pem, cert, cert)),
+    ]
+    configs += [
+        (3, 'prometheus_config {\n  enable: true\n  path: "/monitoring/prometheus/metrics"\n}\n'),
+        (3, 'prometheus_config { enable: true }\n'),
+        (3, 'prometheus_config { enable: false path: "/metrics" }\n'),
     ]
     for i, (kind, text) in enumerate(configs):
         write(root, "serving_config", "seed_%02d" % i, bytes([kind]) + text.encode())

@@ -326,6 +326,31 @@ TEST_CASE("model config errors name the file, line and column", "[serving][confi
   refused("", errc::invalid_argument, "lists no models");
 }
 
+TEST_CASE("a monitoring config turns the metrics on or off and moves them", "[serving][config]") {
+  testing::scratch_dir dir{"af_grpc"};
+  auto read = [&](const std::string& text) { return read_monitoring_config(write_file(dir, "monitoring.config", text)); };
+  CHECK(read("prometheus_config { enable: true path: \"/metrics\" }\n").value() == "/metrics");
+  CHECK(read("prometheus_config { enable: true }\n").value() == "/monitoring/prometheus/metrics");
+  CHECK(read("prometheus_config { enable: false path: \"/metrics\" }\n").value().empty());
+  CHECK(read("").value().empty());  // as in TF Serving: no prometheus_config, no metrics
+  auto relative = read("prometheus_config {\n  enable: true\n  path: \"metrics\"\n}\n");
+  REQUIRE_FALSE(relative);
+  CHECK_THAT(relative.error_value().message, Catch::Contains("monitoring.config:3:3") && Catch::Contains("'metrics'"));
+  CHECK_FALSE(read("prometheus_config { enable: true path: \"/m?x=1\" }\n"));
+  CHECK(read("prometheus_config { enabled: true }\n").error_value().code == errc::malformed_input);
+}
+
+TEST_CASE("gRPC channel arguments parse as TF Serving passes them", "[serving][config]") {
+  auto parsed = parse_channel_arguments("grpc.max_connection_age_ms=1000,grpc.primary_user_agent=af=1,,grpc.keepalive_time_ms=5");
+  REQUIRE(parsed);
+  REQUIRE(parsed->size() == 3);
+  CHECK((*parsed)[0] == std::pair<std::string, std::string>{"grpc.max_connection_age_ms", "1000"});
+  CHECK((*parsed)[1] == std::pair<std::string, std::string>{"grpc.primary_user_agent", "af=1"});
+  CHECK(parse_channel_arguments("").value().empty());
+  CHECK_THAT(parse_channel_arguments("grpc.a=1,oops").error_value().message, Catch::Contains("'oops'"));
+  CHECK_FALSE(parse_channel_arguments("=5"));
+}
+
 // -- warmup records -----------------------------------------------------------------------------
 
 TEST_CASE("recorded warmup requests are read for their signature", "[serving][warmup]") {
@@ -578,12 +603,6 @@ TEST_CASE("GetModelStatus lists the versions with TF Serving's states", "[servin
     tfs::GetModelStatusResponse r2;
     CHECK(f.management->GetModelStatus(&c2, request, &r2).error_code() == grpc::StatusCode::NOT_FOUND);
   }
-  SECTION("HandleReloadConfigRequest is UNIMPLEMENTED") {
-    grpc::ClientContext c;
-    tfs::ReloadConfigResponse r;
-    CHECK(f.management->HandleReloadConfigRequest(&c, tfs::ReloadConfigRequest{}, &r).error_code() ==
-          grpc::StatusCode::UNIMPLEMENTED);
-  }
 }
 
 TEST_CASE("a busy address is refused naming it", "[serving][grpc][net]") {
@@ -712,4 +731,71 @@ TEST_CASE("Classify, Regress and MultiInference over gRPC answer from tf.Example
     tfs::MultiInferenceResponse r;
     CHECK(stub->MultiInference(&c, predict_task, &r).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
+}
+
+TEST_CASE("a channel argument reaches the gRPC server and wins over its own setting", "[serving][grpc][net]") {
+  testing::scratch_dir scratch{"af_grpc"};
+  testing::save_version(scratch.path, 1, 11);
+  runtime rt;
+  server_options options;
+  options.poll_interval = 0ms;
+  auto models = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string()}}, options).value();
+  grpc_options small;
+  small.channel_arguments = {{"grpc.max_receive_message_length", "200"}};
+  auto server = af::serving::grpc_server::start(*models, "127.0.0.1:0", small).value();
+  auto stub = tfs::PredictionService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  auto call = [&](int64_t rows) {
+    grpc::ClientContext c;
+    tfs::PredictResponse r;
+    return stub->Predict(&c, predict_request(some_rows(rows)), &r);
+  };
+  CHECK(call(1).ok());
+  CHECK(call(64).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);  // 1 KiB of floats past 200 bytes
+}
+
+TEST_CASE("HandleReloadConfigRequest serves the new list of models", "[serving][grpc][net]") {
+  testing::scratch_dir scratch{"af_grpc"};
+  testing::save_version(scratch.path / "a", 1, 11);
+  testing::save_version(scratch.path / "b", 1, 22);
+  runtime rt;
+  server_options options;
+  options.poll_interval = 0ms;
+  auto models = model_server::start(rt, {{.name = "a", .base_path = (scratch.path / "a").string()}}, options).value();
+  auto server = af::serving::grpc_server::start(*models, "127.0.0.1:0", {}).value();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials());
+  auto management = tfs::ModelService::NewStub(channel);
+  auto reload = [&](const std::vector<std::pair<std::string, std::string>>& list) {
+    tfs::ReloadConfigRequest request;
+    for (const auto& [name, path] : list) {
+      auto* config = request.mutable_config()->mutable_model_config_list()->add_config();
+      config->set_name(name);
+      config->set_base_path(path);
+      config->set_model_platform("tensorflow");
+    }
+    grpc::ClientContext c;
+    tfs::ReloadConfigResponse response;
+    auto status = management->HandleReloadConfigRequest(&c, request, &response);
+    if (status.ok()) CHECK(response.status().error_code() == 0);  // an error status carries no response
+    return status;
+  };
+  auto predict = [&](const std::string& name) {
+    auto request = predict_request(some_rows(1));
+    request.mutable_model_spec()->set_name(name);
+    grpc::ClientContext c;
+    tfs::PredictResponse r;
+    return tfs::PredictionService::NewStub(channel)->Predict(&c, request, &r).error_code();
+  };
+  REQUIRE(reload({{"a", (scratch.path / "a").string()}, {"b", (scratch.path / "b").string()}}).ok());
+  CHECK(predict("a") == grpc::StatusCode::OK);
+  CHECK(predict("b") == grpc::StatusCode::OK);  // loaded before the call returned
+  REQUIRE(reload({{"b", (scratch.path / "b").string()}}).ok());
+  CHECK(predict("a") == grpc::StatusCode::NOT_FOUND);
+  CHECK(predict("b") == grpc::StatusCode::OK);
+  // A list that does not fit changes nothing.
+  auto refused = reload({{"c", (scratch.path / "absent").string()}});
+  CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(refused.error_message(), Catch::Contains("absent"));
+  CHECK(reload({}).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(predict("b") == grpc::StatusCode::OK);
 }

@@ -11,8 +11,10 @@
 
 #include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
+#include "apps/serving/config_watcher.hpp"
 #include "apps/serving/metrics.hpp"
 #include "apps/serving/model_server.hpp"
+#include "apps/serving/serving_config.hpp"
 #include "serving_fixtures.hpp"
 
 using namespace af;
@@ -290,4 +292,89 @@ TEST_CASE("a full queue refuses a request before it is decoded, and the refusal 
   // Once the clients are gone the queue drains and takes requests again.
   for (int i = 0; i < 200 && !(*server)->admit(spec); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK((*server)->admit(spec));
+}
+
+TEST_CASE("reconfigure adds, keeps, moves and drops models without failing requests in flight", "[serving]") {
+  testing::scratch_dir scratch{"af_serving"};
+  testing::save_version(scratch.path / "a", 1, 11);
+  testing::save_version(scratch.path / "a", 2, 12);
+  testing::save_version(scratch.path / "b", 1, 21);
+  testing::save_version(scratch.path / "moved", 7, 70);
+  runtime rt;
+  auto server = model_server::start(rt, {{.name = "a", .base_path = (scratch.path / "a").string()}}, manual_polling());
+  REQUIRE(server);
+  auto& models = **server;
+  const tensor x = some_rows(2);
+  REQUIRE(models.predict({.name = "a"}, {{"x", x}})->version == 2);
+
+  // Kept with a new policy and label, and one added.
+  model_config a{.name = "a", .base_path = (scratch.path / "a").string()};
+  a.policy = {.choice = version_policy::kind::specific, .specific_versions = {1}};
+  a.version_labels = {{"stable", 1}};
+  REQUIRE(models.reconfigure({a, {.name = "b", .base_path = (scratch.path / "b").string()}}));
+  CHECK(models.predict({.name = "a", .version_label = "stable"}, {{"x", x}})->version == 1);
+  CHECK(models.predict({.name = "a", .version = 2}, {{"x", x}}).error_value().code == errc::not_found);
+  auto b = models.predict({.name = "b"}, {{"x", x}});
+  REQUIRE(b);
+  CHECK(all_close(b->outputs.front(), expected_output(21, x), 1e-6, 1e-6));
+
+  // A new base path: its versions serve once loaded; the model left out is no longer served.
+  model_config moved = a;
+  moved.base_path = (scratch.path / "moved").string();
+  moved.policy = {};
+  moved.version_labels.clear();
+  REQUIRE(models.reconfigure({moved}));
+  auto after = models.predict({.name = "a"}, {{"x", x}});
+  REQUIRE(after);
+  CHECK(after->version == 7);
+  CHECK(all_close(after->outputs.front(), expected_output(70, x), 1e-6, 1e-6));
+  CHECK(models.predict({.name = "b"}, {{"x", x}}).error_value().code == errc::not_found);
+  CHECK(models.model_names() == std::vector<std::string>{"a"});
+
+  // A list start() would refuse changes nothing.
+  auto refused = models.reconfigure({moved, moved});
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error_value().message, Catch::Contains("configured twice"));
+  CHECK_FALSE(models.reconfigure({}));
+  CHECK(models.predict({.name = "a"}, {{"x", x}})->version == 7);
+}
+
+TEST_CASE("the config watcher serves a changed model config file and keeps the old list for a bad one", "[serving]") {
+  testing::scratch_dir scratch{"af_serving"};
+  testing::save_version(scratch.path / "a", 1, 11);
+  testing::save_version(scratch.path / "b", 1, 21);
+  const auto file = scratch.path / "models.config";
+  auto write = [&](const std::string& text) { std::ofstream{file} << text; };
+  auto entry = [&](const std::string& name) {
+    return "config { name: '" + name + "' base_path: '" + (scratch.path / name).string() + "' }\n";
+  };
+  write("model_config_list {\n" + entry("a") + "}\n");
+  runtime rt;
+  auto served = read_model_config(file.string());
+  REQUIRE(served);
+  auto server = model_server::start(rt, *served, manual_polling());
+  REQUIRE(server);
+  std::vector<std::string> reports;
+  // No thread (interval 0): the test calls what the thread would call each interval.
+  model_config_watcher watcher{**server, file.string(), *served, std::chrono::milliseconds(0),
+                               [&](const std::string& line) { reports.push_back(line); }};
+  CHECK_FALSE(watcher.check_now());  // unchanged
+  CHECK(reports.empty());
+
+  write("model_config_list {\n" + entry("a") + entry("b") + "}\n");
+  CHECK(watcher.check_now());
+  CHECK((*server)->predict({.name = "b"}, {{"x", some_rows(1)}}));
+  REQUIRE(reports.size() == 1);
+  CHECK_THAT(reports.back(), Catch::Contains("reloaded: serving a, b"));
+
+  write("model_config_list {\n  config { name: 'a' base_path: \n}\n");  // half written
+  CHECK_FALSE(watcher.check_now());
+  CHECK_FALSE(watcher.check_now());
+  REQUIRE(reports.size() == 2);  // reported once until the file changes
+  CHECK_THAT(reports.back(), Catch::Contains("not reloaded") && Catch::Contains("models.config:"));
+  CHECK((*server)->predict({.name = "b"}, {{"x", some_rows(1)}}));
+
+  write("model_config_list {\n" + entry("b") + "}\n");
+  CHECK(watcher.check_now());
+  CHECK((*server)->predict({.name = "a"}, {{"x", some_rows(1)}}).error_value().code == errc::not_found);
 }

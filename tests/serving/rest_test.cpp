@@ -217,7 +217,48 @@ TEST_CASE("the REST server answers TF Serving's API over kept-alive connections"
     CHECK_THAT(scraped.body, Catch::Contains(R"(actorflow_serving_model_load_count{model="dense",version="4",outcome="loaded"} 1)"));
     CHECK_THAT(scraped.body, Catch::Contains(R"(actorflow_serving_queue_rows{model="dense",version="4",signature="serving_default"} 0)"));
     CHECK_THAT(scraped.body, Catch::Contains("# TYPE actorflow_serving_batch_size histogram"));
+    // TF Serving's names beside ours: the same requests by model and status, latency in µs.
+    CHECK_THAT(scraped.body, Catch::Contains("# TYPE :tensorflow:serving:request_count counter"));
+    const auto ok_line = scraped.body.find(R"(:tensorflow:serving:request_count{model_name="dense",status="OK"} )");
+    REQUIRE(ok_line != std::string::npos);
+    const auto ok_count = std::stoll(scraped.body.substr(scraped.body.find("} ", ok_line) + 2));
+    int64_t ours = 0;
+    for (std::size_t at = 0; (at = scraped.body.find("actorflow_serving_request_count{model=\"dense\"", at)) != std::string::npos; ++at) {
+      const auto line = scraped.body.substr(at, scraped.body.find('\n', at) - at);
+      if (line.find(R"(outcome="OK")") != std::string::npos) ours += std::stoll(line.substr(line.rfind(' ') + 1));
+    }
+    CHECK(ok_count == ours);
+    CHECK(ok_count >= 4);
+    CHECK_THAT(scraped.body, Catch::Contains(R"(:tensorflow:serving:request_latency_bucket{model_name="dense",le="100"} )") &&
+                                 Catch::Contains(R"(:tensorflow:serving:request_latency_count{model_name="dense"} )"));
   }
+}
+
+TEST_CASE("the metrics path is the monitoring config's, and empty turns them off", "[serving][rest]") {
+  testing::scratch_dir scratch{"af_rest"};
+  testing::save_version(scratch.path, 1, 1);
+  runtime rt;
+  server_options options;
+  options.poll_interval = std::chrono::milliseconds(0);
+  auto models = model_server::start(rt, {{.name = "dense", .base_path = scratch.path.string()}}, options);
+  REQUIRE(models);
+  auto metrics = std::make_shared<serving_metrics>();
+  http_options moved;
+  moved.port = 0;
+  moved.metrics_path = "/metrics";
+  auto rest = http_server::start(**models, metrics, moved);
+  REQUIRE(rest);
+  testing::http_client client{(*rest)->port()};
+  CHECK(client.request("GET", "/metrics").status == 200);
+  CHECK(client.request("GET", "/monitoring/prometheus/metrics").status == 404);
+  http_options off;
+  off.port = 0;
+  off.metrics_path.clear();
+  auto quiet = http_server::start(**models, metrics, off);
+  REQUIRE(quiet);
+  testing::http_client other{(*quiet)->port()};
+  CHECK(other.request("GET", "/monitoring/prometheus/metrics").status == 404);
+  CHECK(other.request("GET", "/v1/models/dense").status == 200);
 }
 
 // Version 1 of the dense test model behind a model server that neither batches nor polls.
