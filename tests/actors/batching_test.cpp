@@ -16,6 +16,7 @@
 
 #include "actors/batching.hpp"
 #include "actors/runtime.hpp"
+#include "../support/eventually.hpp"
 #include "../support/skip.hpp"
 
 using namespace af;
@@ -172,7 +173,7 @@ TEST_CASE("a batch is padded to the next allowed size and the padding never reac
   CHECK(model->batch_rows == std::vector<int64_t>{4});
 }
 
-TEST_CASE("a lone request waits for the batch timeout, not for company", "[batching]") {
+TEST_CASE("a lone request waits for the batch timeout, not for company", "[batching][timing]") {
   runtime rt{{.scheduler_threads = 2}};
   auto model = std::make_shared<doubling_model>();
   auto q = batching_queue::start(rt, [model](const std::vector<tensor>& in) { return (*model)(in); },
@@ -186,7 +187,7 @@ TEST_CASE("a lone request waits for the batch timeout, not for company", "[batch
   CHECK(waited < 5s);
 }
 
-TEST_CASE("a full queue is refused at once, a deadline that passed is refused without running", "[batching]") {
+TEST_CASE("a full queue is refused at once, a deadline that passed is refused without running", "[batching][timing]") {
   runtime rt{{.scheduler_threads = 2}};
   auto g = std::make_shared<gate>();
   auto model = std::make_shared<doubling_model>();
@@ -356,7 +357,7 @@ TEST_CASE("bad requests and a failing model are named, and shutting down answers
   CHECK_FALSE(batching_queue::start(rt, {}, {.max_batch_size = 4, .allowed_batch_sizes = {2, 3}}, one_input));
 
   auto g = std::make_shared<gate>();
-  std::atomic<int> cancelled{0};
+  std::atomic<int> cancelled{0}, answered{0};
   {
     auto q = batching_queue::start(rt,
                                    [g](const std::vector<tensor>& in) -> expected<std::vector<tensor>> {
@@ -368,6 +369,7 @@ TEST_CASE("bad requests and a failing model are named, and shutting down answers
     for (int i = 0; i < 3; ++i)
       q->predict_async({row(1, 1)}, std::nullopt, [&](expected<std::vector<tensor>> y) {
         if (!y && y.error_value().code == errc::cancelled) ++cancelled;
+        ++answered;
       });
     g->wait_entered(1);
     while (q->queued_rows() < 2) std::this_thread::sleep_for(1ms);
@@ -378,11 +380,15 @@ TEST_CASE("bad requests and a failing model are named, and shutting down answers
     q = batching_queue::start(rt, {}, {}, one_input);  // the old queue shuts down: waits for its replica
     opener.join();
   }
-  while (cancelled.load() < 3) std::this_thread::sleep_for(1ms);
+  // Every request is answered, once, and as cancelled: the one running when its queue shut down
+  // and the two waiting behind it.
+  REQUIRE(testing::eventually([&] { return answered.load() == 3; }, 30s));
+  std::this_thread::sleep_for(20ms);  // an answer given twice would land by now
+  CHECK(answered.load() == 3);
   CHECK(cancelled.load() == 3);
 }
 
-TEST_CASE("with joining off every request runs as its own batch, unpadded", "[batching]") {
+TEST_CASE("with joining off every request runs as its own batch, unpadded", "[batching][timing]") {
   runtime rt{{.scheduler_threads = 2}};
   auto model = std::make_shared<doubling_model>();
   batching_options o;

@@ -205,7 +205,7 @@ TEST_CASE("a receiver that rejects bad input fails the sender with the same reas
   CHECK(peer.wait() == 1);
 }
 
-TEST_CASE("connecting to a port where nobody listens fails with a clear error", "[net]") {
+TEST_CASE("connecting to a port where nobody listens fails with a clear error", "[net][timing]") {
   af::runtime rt{node_options()};
   uint16_t port = 0;
   { auto probe = af::net::listen_tcp("127.0.0.1", 0, port); REQUIRE(probe); }  // free, then closed

@@ -8,11 +8,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "../support/eventually.hpp"
 #include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
 #include "apps/serving/grpc_server.hpp"
@@ -617,21 +619,30 @@ TEST_CASE("a busy address is refused naming it", "[serving][grpc][net]") {
 TEST_CASE("shutting down with calls in flight neither hangs nor crashes", "[serving][grpc][net]") {
   grpc_fixture f{true};
   std::atomic<int> answered{0};
+  std::array<grpc::StatusCode, 4> last_code{};
   std::vector<std::thread> clients;
-  for (int c = 0; c < 4; ++c)
-    clients.emplace_back([&] {
+  for (std::size_t c = 0; c < last_code.size(); ++c)
+    clients.emplace_back([&, c] {
       for (;;) {
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + 10s);
         tfs::PredictResponse r;
-        if (!f.predictions->Predict(&ctx, predict_request(some_rows(2)), &r).ok()) return;
+        const auto status = f.predictions->Predict(&ctx, predict_request(some_rows(2)), &r);
+        if (!status.ok()) {
+          last_code[c] = status.error_code();
+          return;
+        }
         ++answered;
       }
     });
-  while (answered < 20) std::this_thread::yield();
+  const bool serving = testing::eventually([&] { return answered >= 20; }, 60s);
   f.server.reset();  // waits for the calls in flight
   for (auto& t : clients) t.join();
-  CHECK(answered >= 20);
+  REQUIRE(serving);
+  // Every client's calls ended because the server went away (refused, or cancelled by the
+  // shutdown), none by its own deadline.
+  for (auto code : last_code)
+    CHECK((code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::CANCELLED));
 }
 
 TEST_CASE("Classify, Regress and MultiInference over gRPC answer from tf.Examples", "[serving][grpc][net][inference]") {

@@ -104,7 +104,7 @@ TEST_CASE("shapes a first row claims are checked against the body before allocat
   CHECK_THAT(refusal(columns, rows), Catch::Contains("holds more elements"));
 }
 
-TEST_CASE("a client's timeout is clamped to a day, so no number overflows the clock", "[serving]") {
+TEST_CASE("a client's timeout is clamped to a day, so no number overflows the clock", "[serving][timing]") {
   const auto now = clock_type::now();
   const auto far = deadline_after(std::numeric_limits<int64_t>::max());
   CHECK(far - now >= max_request_timeout);

@@ -371,7 +371,7 @@ bool closed_within(int fd, std::chrono::milliseconds limit) {
 
 }  // namespace
 
-TEST_CASE("a REST server closes connections idle or stalled mid-request past its timeout, and only those", "[serving][rest]") {
+TEST_CASE("a REST server closes connections idle or stalled mid-request past its timeout, and only those", "[serving][rest][timing]") {
   single_model served;
   http_options http;
   http.port = 0;
