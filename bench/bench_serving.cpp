@@ -14,11 +14,15 @@
 //   unbatched_per_s      the same with batching off; batching_speedup = saturation / unbatched
 //   p50/p90/p99/p999_ms  open loop at 50% of saturation; p99_budget_ms = timeout + 3 x batch time
 //   batch sizes          mean real rows per batch at 50% load
-//   server_cpu_us_per_request, grpc_server_cpu_us_per_request, rows32_server_cpu_us_per_row
+//   server_cpu_us_per_request, grpc_server_cpu_us_per_request, rows32_server_cpu_us_per_row,
+//   grpc_rows32_server_cpu_us_per_row
 //                        the server's CPU (getrusage of this process while the load comes from
 //                        bench_loadgen in a child) per row at each saturation point, against
 //                        offline_cpu_us_per_row: the batch of 32 run directly on the replica's
 //                        kernel threads (*_vs_offline: the ratios)
+//   http_floor_cpu_us_per_request  the server's CPU per GET of the model's status over as many
+//                        keep-alive connections: HTTP over loopback TCP with no body and no model,
+//                        the part of a 1-row JSON request that no decoder or batcher can remove
 // Overload (MLP): open loop at 2x saturation with a short queue, from bench_loadgen in a child
 // process: the server's RSS drift (after and peak) and how fast the excess is answered 429.
 // --quick shortens every phase (the overload to 3 s instead of 30 s).
@@ -284,6 +288,18 @@ double server_cpu_us_per_row(served& s, const std::vector<std::string>& loadgen_
   return cpu * 1e6 / static_cast<double>(rows);
 }
 
+// The server's CPU per request answered when a request costs it only the HTTP exchange (a GET of
+// the model's status: no body, no model): the floor under the 1-row JSON figure. Every request
+// counts (no warmup), as every row does above.
+double server_cpu_us_per_request(const std::vector<std::string>& loadgen_args) {
+  const double cpu_before = process_cpu_seconds();
+  const auto line = bench::run_loadgen_process(loadgen_args, [] {});
+  const double cpu = process_cpu_seconds() - cpu_before;
+  const double answered = line ? bench::json_number(*line, "closed_ok") : std::nan("");
+  if (!(answered > 0)) return std::nan("");
+  return cpu * 1e6 / answered;
+}
+
 std::string comma_separated(const shape& dims) {
   std::string out;
   for (int64_t d : dims) {
@@ -301,7 +317,9 @@ struct model_figures {
   double offline = 0, batch_ms = 0, served_batch_ms = 0, saturation = 0, unbatched = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, mean_batch = 0;
   // CPU per row: offline (the batch of 32 on the replica's kernel threads) and the server's at
   // saturation for 1-row JSON, 1-row gRPC and 32-row JSON requests.
-  double offline_cpu_us = 0, json_cpu_us = 0, grpc_cpu_us = 0, rows32_cpu_us = 0;
+  double offline_cpu_us = 0, json_cpu_us = 0, grpc_cpu_us = 0, rows32_cpu_us = 0, grpc_rows32_cpu_us = 0;
+  // The server's CPU per status GET at the 1-row connection count: what HTTP over TCP costs alone.
+  double http_floor_cpu_us = 0;
   uint64_t open_loop_errors = 0;
   std::size_t open_loop_client_queue_max = 0;  // due requests that found every connection busy
 };
@@ -360,10 +378,17 @@ model_figures measure_model(runtime& rt, const std::string& base, const shape& r
     };
     f.json_cpu_us = server_cpu_us_per_row(s, http(one_row, f.saturation_connections));
     f.rows32_cpu_us = server_cpu_us_per_row(s, http(rows32, 4));
+    f.http_floor_cpu_us = server_cpu_us_per_request({"--host", "127.0.0.1", "--port", std::to_string(s.rest->port()), "--path",
+                                                     "/v1/models/m", "--method", "GET", "--closed", "--connections",
+                                                     std::to_string(f.saturation_connections), "--duration-ms", span, "--warmup-ms", "0"});
     const std::string input = s.models->find_signature({.name = "m"}).value()->inputs.front().name;
-    f.grpc_cpu_us = server_cpu_us_per_row(s, {"--grpc-input", input, "--port", std::to_string(s.grpc_port()), "--rows", "1", "--dims",
-                                              comma_separated(row_dims), "--connections", std::to_string(f.grpc_in_flight),
-                                              "--duration-ms", span, "--warmup-ms", "300"});
+    auto grpc_calls = [&](int rows_per_call, std::size_t in_flight) {
+      return std::vector<std::string>{"--grpc-input", input, "--port", std::to_string(s.grpc_port()), "--rows", std::to_string(rows_per_call),
+                                      "--dims", comma_separated(row_dims), "--connections", std::to_string(in_flight),
+                                      "--duration-ms", span, "--warmup-ms", "300"};
+    };
+    f.grpc_cpu_us = server_cpu_us_per_row(s, grpc_calls(1, f.grpc_in_flight));
+    f.grpc_rows32_cpu_us = server_cpu_us_per_row(s, grpc_calls(32, 4));
   }
   {
     served s{rt, base, false};
@@ -403,9 +428,15 @@ void add_model(bench::json_line& out, const std::string& name, const model_figur
   out.add(name + "_grpc_cpu_per_request_vs_offline", f.grpc_cpu_us / f.offline_cpu_us);
   out.add(name + "_rows32_server_cpu_us_per_row", f.rows32_cpu_us);
   out.add(name + "_rows32_cpu_per_row_vs_offline", f.rows32_cpu_us / f.offline_cpu_us);
-  std::fprintf(stderr, "%s: server CPU per row at saturation: 1-row JSON %.1f us, 1-row gRPC %.1f us, 32-row JSON %.1f us; offline %.1f us "
-               "(%.2fx, %.2fx, %.2fx)\n", name.c_str(), f.json_cpu_us, f.grpc_cpu_us, f.rows32_cpu_us, f.offline_cpu_us,
-               f.json_cpu_us / f.offline_cpu_us, f.grpc_cpu_us / f.offline_cpu_us, f.rows32_cpu_us / f.offline_cpu_us);
+  out.add(name + "_grpc_rows32_server_cpu_us_per_row", f.grpc_rows32_cpu_us);
+  out.add(name + "_grpc_rows32_cpu_per_row_vs_offline", f.grpc_rows32_cpu_us / f.offline_cpu_us);
+  out.add(name + "_http_floor_cpu_us_per_request", f.http_floor_cpu_us);
+  out.add(name + "_http_floor_vs_offline", f.http_floor_cpu_us / f.offline_cpu_us);
+  std::fprintf(stderr, "%s: server CPU per row at saturation: 1-row JSON %.1f us, 1-row gRPC %.1f us, 32-row JSON %.1f us, 32-row gRPC %.1f us; "
+               "offline %.1f us (%.2fx, %.2fx, %.2fx, %.2fx); a status GET alone %.1f us (%.2fx)\n",
+               name.c_str(), f.json_cpu_us, f.grpc_cpu_us, f.rows32_cpu_us, f.grpc_rows32_cpu_us, f.offline_cpu_us,
+               f.json_cpu_us / f.offline_cpu_us, f.grpc_cpu_us / f.offline_cpu_us, f.rows32_cpu_us / f.offline_cpu_us,
+               f.grpc_rows32_cpu_us / f.offline_cpu_us, f.http_floor_cpu_us, f.http_floor_cpu_us / f.offline_cpu_us);
   std::fprintf(stderr, "%s over gRPC (tensor_content): 1-row calls %.0f req/s at %zu in flight (%.2fx offline), 32-row calls %.0f rows/s (%.2fx)\n",
                name.c_str(), f.grpc_per_s, f.grpc_in_flight, f.grpc_per_s / f.offline, f.grpc_rows32_per_s, f.grpc_rows32_per_s / f.offline);
   std::fprintf(stderr, "%s: a batch of 32 takes %.2f ms on every core, %.2f ms on the replica's threads\n", name.c_str(), f.batch_ms,
