@@ -15,6 +15,7 @@ std::string_view to_string(dtype t) noexcept {
     case dtype::i32: return "i32";
     case dtype::i64: return "i64";
     case dtype::boolean: return "bool";
+    case dtype::string: return "string";
   }
   return "?";
 }
@@ -39,7 +40,14 @@ expected<dtype> parse_dtype(std::string_view name) {
 
 expected<dtype> dtype_from_code(uint32_t code) {
   if (code < static_cast<uint32_t>(dtype_count)) return static_cast<dtype>(code);
+  if (code == static_cast<uint32_t>(dtype::string))
+    return make_error(errc::unknown_dtype, "dtype code " + std::to_string(code) + " (string) cannot be read as bytes");
   return make_error(errc::unknown_dtype, "unknown dtype code " + std::to_string(code));
+}
+
+expected<dtype> value_dtype_from_code(uint32_t code) {
+  if (code == static_cast<uint32_t>(dtype::string)) return dtype::string;
+  return dtype_from_code(code);
 }
 
 // binary16 <-> binary32 conversions by bit manipulation (round to nearest even), so the CPU backend

@@ -30,6 +30,20 @@ void for_each_offset(const tensor& t, Fn&& fn) {
   }
 }
 
+// Strings are objects: a tensor of them owns constructed std::strings, never raw memory.
+expected<tensor> empty_strings(const af::shape& dims) {
+  const int64_t n = af::numel(dims);
+  // An element costs its std::string whatever its length: refuse a count no memory could hold
+  // before vector throws for it.
+  if (n < 0 || static_cast<uint64_t>(n) > std::vector<std::string>().max_size() / 2)
+    return make_error(errc::out_of_memory, "empty: string" + af::to_string(dims) + " is larger than any memory");
+  try {
+    return tensor::from_vector(std::vector<std::string>(static_cast<std::size_t>(n)), dims);
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory, "empty: string" + af::to_string(dims) + " does not fit in memory");
+  }
+}
+
 }  // namespace
 
 double load_as_double(const void* p, dtype t) noexcept {
@@ -65,6 +79,7 @@ expected<tensor> tensor::empty(const af::shape& dims, dtype type, const std::sha
     if (d < 0)
       return make_error(errc::invalid_argument, "empty: negative dimension in shape " + af::to_string(dims));
   const std::shared_ptr<allocator>& owner = alloc ? alloc : cpu_allocator();
+  if (is_string(type)) return empty_strings(dims);
   std::size_t bytes = 0;
   if (__builtin_mul_overflow(static_cast<std::size_t>(af::numel(dims)), size_of(type), &bytes) ||
       af::numel(dims) == std::numeric_limits<int64_t>::max())
@@ -77,12 +92,13 @@ expected<tensor> tensor::empty(const af::shape& dims, dtype type, const std::sha
 
 expected<tensor> tensor::zeros(const af::shape& dims, dtype type, const std::shared_ptr<allocator>& alloc) {
   AF_TRY_ASSIGN(tensor t, empty(dims, type, alloc));
-  std::memset(t.raw_data(), 0, t.nbytes());
+  if (!is_string(type)) std::memset(t.raw_data(), 0, t.nbytes());  // strings start empty
   return t;
 }
 
 expected<tensor> tensor::full(const af::shape& dims, double value, dtype type,
                               const std::shared_ptr<allocator>& alloc) {
+  if (is_string(type)) return make_error(errc::dtype_mismatch, "full: a number cannot fill a string tensor");
   AF_TRY_ASSIGN(tensor t, empty(dims, type, alloc));
   char pattern[8];
   store_from_double(pattern, type, value);
@@ -93,6 +109,7 @@ expected<tensor> tensor::full(const af::shape& dims, double value, dtype type,
 }
 
 expected<tensor> tensor::arange(int64_t n, dtype type) {
+  if (is_string(type)) return make_error(errc::dtype_mismatch, "arange: strings are not numbers");
   AF_TRY_ASSIGN(tensor t, empty({n}, type));
   char* out = static_cast<char*>(t.raw_data());
   for (int64_t i = 0; i < n; ++i) store_from_double(out + i * size_of(type), type, static_cast<double>(i));
@@ -226,6 +243,15 @@ expected<void> copy_into(const tensor& src, tensor& dst) {
   if (!dst.is_contiguous())
     return make_error(errc::invalid_argument, "copy: destination must be contiguous");
   char* out = static_cast<char*>(dst.raw_data());
+  if (is_string(src.type()) || is_string(dst.type())) {
+    if (src.type() != dst.type())
+      return make_error(errc::dtype_mismatch, "copy: " + std::string{to_string(src.type())} + " to " +
+                                                  std::string{to_string(dst.type())} + ": strings convert to nothing else");
+    auto* to = reinterpret_cast<std::string*>(out);
+    const char* in = static_cast<const char*>(src.raw_data());
+    for_each_offset(src, [&](int64_t off) { *to++ = *reinterpret_cast<const std::string*>(in + off); });
+    return {};
+  }
   if (src.type() == dst.type()) {
     if (src.is_contiguous()) {
       std::memcpy(out, src.raw_data(), src.nbytes());
@@ -252,6 +278,25 @@ std::string tensor::to_string(int64_t max_elements) const {
   if (!defined()) return "tensor(undefined)";
   std::ostringstream os;
   os << "tensor(" << af::to_string(dtype_) << ", " << af::to_string(shape_) << ", ";
+  if (is_string(dtype_)) {
+    // Quoted, with bytes outside printable ASCII escaped, in row-major order.
+    const auto strings = to_vector<std::string>();
+    os << "[";
+    for (std::size_t i = 0; i < strings.size() && static_cast<int64_t>(i) < max_elements; ++i) {
+      os << (i ? ", \"" : "\"");
+      for (unsigned char ch : strings[i]) {
+        if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') os << static_cast<char>(ch);
+        else {
+          static constexpr char hex[] = "0123456789abcdef";
+          os << "\\x" << hex[ch >> 4] << hex[ch & 15];
+        }
+      }
+      os << "\"";
+    }
+    if (static_cast<int64_t>(strings.size()) > max_elements) os << ", ... (" << strings.size() << " elements)";
+    os << "])";
+    return os.str();
+  }
   auto values = to_vector<double>();
   const int64_t n = static_cast<int64_t>(values.size());
   if (ndim() == 0) {
@@ -279,6 +324,7 @@ std::string tensor::to_string(int64_t max_elements) const {
 
 bool all_equal(const tensor& a, const tensor& b) {
   if (a.type() != b.type() || a.shape() != b.shape()) return false;
+  if (is_string(a.type())) return a.to_vector<std::string>() == b.to_vector<std::string>();
   auto va = a.to_vector<double>();
   auto vb = b.to_vector<double>();
   for (std::size_t i = 0; i < va.size(); ++i)
@@ -288,6 +334,7 @@ bool all_equal(const tensor& a, const tensor& b) {
 
 bool all_close(const tensor& a, const tensor& b, double rtol, double atol) {
   if (a.shape() != b.shape()) return false;
+  if (is_string(a.type()) || is_string(b.type())) return all_equal(a, b);  // no tolerance between strings
   auto va = a.to_vector<double>();
   auto vb = b.to_vector<double>();
   for (std::size_t i = 0; i < va.size(); ++i) {

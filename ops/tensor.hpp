@@ -27,7 +27,8 @@ class tensor {
   tensor(dtype type, af::shape dims, af::strides steps, int64_t offset, std::shared_ptr<storage> buf);
 
   // -- factories --------------------------------------------------------------------------------
-  /// Uninitialised contiguous tensor; out_of_memory beyond the allocator's limit.
+  /// Uninitialised contiguous tensor; out_of_memory beyond the allocator's limit. Strings are
+  /// empty strings, held outside any allocator.
   static expected<tensor> empty(const af::shape& dims, dtype type,
                                 const std::shared_ptr<allocator>& alloc = nullptr);
   static expected<tensor> zeros(const af::shape& dims, dtype type,
@@ -86,7 +87,8 @@ class tensor {
     AF_ASSERT(numel() == 1);
     return static_cast<T>(at(std::vector<int64_t>(shape_.size(), 0)));
   }
-  /// All elements in row-major order, converted to T (works for any view).
+  /// All elements in row-major order, converted to T (works for any view). A string tensor gives
+  /// std::string and nothing else.
   template <class T>
   std::vector<T> to_vector() const;
 
@@ -150,6 +152,9 @@ std::vector<T> tensor::to_vector() const {
   std::vector<T> out;
   out.reserve(static_cast<std::size_t>(numel()));
   if (numel() == 0) return out;
+  // Strings copy as strings and convert to nothing else; numbers never become strings.
+  if constexpr (std::is_same_v<T, std::string>) AF_ASSERT(is_string(dtype_));
+  else AF_ASSERT(!is_string(dtype_));
   std::vector<int64_t> index(shape_.size(), 0);
   const char* base = static_cast<const char*>(raw_data());
   const std::size_t elem = size_of(dtype_);
@@ -157,7 +162,9 @@ std::vector<T> tensor::to_vector() const {
     int64_t off = 0;
     for (std::size_t d = 0; d < index.size(); ++d) off += index[d] * strides_[d];
     const char* p = base + off * static_cast<int64_t>(elem);
-    if (dtype_ == dtype_v<T>) {  // exact, also for i64 values beyond double's 53 bits
+    if constexpr (std::is_same_v<T, std::string>) {
+      out.push_back(*reinterpret_cast<const std::string*>(p));
+    } else if (dtype_ == dtype_v<T>) {  // exact, also for i64 values beyond double's 53 bits
       T v;
       std::memcpy(&v, p, sizeof(T));
       out.push_back(v);

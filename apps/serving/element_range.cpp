@@ -46,6 +46,7 @@ bool store_number_if_fits(std::byte* out, dtype type, double v) noexcept {
     case dtype::i32: return store_whole<int32_t>(out, v);
     case dtype::i64: return store_whole<int64_t>(out, v);
     case dtype::f32: case dtype::f16: case dtype::bf16: break;
+    case dtype::string: return false;  // a number is not a string
   }
   if (std::isfinite(v) && std::fabs(v) > static_cast<double>(std::numeric_limits<float>::max())) return false;
   const auto f = static_cast<float>(v);

@@ -25,6 +25,7 @@ const char* tf_dtype_name(dtype t) noexcept {
     case dtype::i32: return "DT_INT32";
     case dtype::i64: return "DT_INT64";
     case dtype::boolean: return "DT_BOOL";
+    case dtype::string: return "DT_STRING";
   }
   return "DT_INVALID";
 }

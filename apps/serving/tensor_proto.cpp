@@ -78,6 +78,7 @@ int to_tf_dtype(dtype t) noexcept {
     case dtype::i32: return tensorflow::DT_INT32;
     case dtype::i64: return tensorflow::DT_INT64;
     case dtype::boolean: return tensorflow::DT_BOOL;
+    case dtype::string: return tensorflow::DT_STRING;
   }
   return tensorflow::DT_INVALID;
 }
@@ -119,7 +120,8 @@ expected<void> to_tensor_proto(const tensor& t, tensorflow::TensorProto& out, te
   if (!t.dev().is_cpu()) return make_error(errc::unsupported, "TensorProto from a tensor not on the CPU");
   AF_TRY_ASSIGN(tensor dense, t.contiguous());
   const auto n = static_cast<std::size_t>(dense.numel());
-  if (encoding == tensor_encoding::content) {
+  // Strings always go as string_val, as TF sends them: their storage holds objects, not bytes.
+  if (encoding == tensor_encoding::content && !is_string(dense.type())) {
     out.mutable_tensor_content()->assign(static_cast<const char*>(dense.raw_data()), dense.nbytes());
     return {};
   }
@@ -143,6 +145,12 @@ expected<void> to_tensor_proto(const tensor& t, tensorflow::TensorProto& out, te
     }
     case dtype::f16:
     case dtype::bf16: add_all(out.mutable_half_val(), static_cast<const uint16_t*>(p)); break;
+    case dtype::string: {
+      const auto* s = static_cast<const std::string*>(p);
+      out.mutable_string_val()->Reserve(static_cast<int>(n));
+      for (std::size_t i = 0; i < n; ++i) out.add_string_val(s[i]);
+      break;
+    }
   }
   return {};
 }
@@ -198,6 +206,7 @@ expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::st
                                  [](bool v) { return std::optional<uint8_t>{static_cast<uint8_t>(v ? 1 : 0)}; });
     case dtype::f16: return from_typed<half>(proto.half_val(), dims, type, what, "half_val", limits.max_broadcast_bytes, from_bits<half>);
     case dtype::bf16: return from_typed<bfloat16>(proto.half_val(), dims, type, what, "half_val", limits.max_broadcast_bytes, from_bits<bfloat16>);
+    case dtype::string: break;  // from_tf_dtype does not give it yet: DT_STRING inputs are refused there
   }
   return make_error(errc::unknown_dtype, quoted(what) + ": unknown dtype");
 }

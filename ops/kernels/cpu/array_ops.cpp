@@ -1,5 +1,5 @@
-// CPU concat, stack, gather and one_hot. They only move bytes, so every dtype takes one path that
-// copies whole contiguous runs with memcpy.
+// CPU concat, stack, gather and one_hot. They only move bytes, so every numeric dtype takes one path
+// that copies whole contiguous runs with memcpy; strings are assigned element by element.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -100,6 +100,18 @@ expected<tensor> concat(const std::vector<tensor>& parts, int64_t axis) {
     dst_offset.push_back(at);
     at += p.shape()[*a] * inner;
   }
+  if (is_string(out.type())) {
+    // Strings are objects: assigned one by one (a memcpy would share their heap buffers).
+    const int64_t per_byte = elem;
+    auto* to = out.data<std::string>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (std::size_t i = 0; i < dense.size(); ++i) {
+        const int64_t row = dense[i].shape()[*a] * inner / per_byte;
+        const std::string* from = dense[i].data<std::string>() + o * row;
+        std::copy(from, from + row, to + (o * out_row + dst_offset[i]) / per_byte);
+      }
+    return out;
+  }
   char* dst = static_cast<char*>(out.raw_data());
   parallel_for(outer, std::max<int64_t>(1, copy_grain_bytes / out_row), [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o)
@@ -156,6 +168,16 @@ expected<tensor> gather(const tensor& params, const tensor& indices, int64_t axi
   const int64_t n = static_cast<int64_t>(idx.size());
   const int64_t outer = product(params.shape(), 0, *a);
   const int64_t inner = product(params.shape(), *a + 1, params.shape().size()) * static_cast<int64_t>(size_of(params.type()));
+  if (is_string(params.type())) {  // objects, assigned one by one
+    const int64_t row = inner / static_cast<int64_t>(size_of(dtype::string));
+    const std::string* from = src.data<std::string>();
+    auto* to = out.data<std::string>();
+    for (int64_t t = 0; t < outer * n; ++t) {
+      const int64_t o = t / n, j = t % n;
+      std::copy(from + (o * dim + idx[j]) * row, from + (o * dim + idx[j] + 1) * row, to + t * row);
+    }
+    return out;
+  }
   const char* from = static_cast<const char*>(src.raw_data());
   char* to = static_cast<char*>(out.raw_data());
   parallel_for(outer * n, std::max<int64_t>(1, copy_grain_bytes / inner), [&](int64_t begin, int64_t end) {

@@ -205,8 +205,8 @@ expected<tensor> matmul(const tensor& a, const tensor& b, bool transpose_a, bool
     return make_error(errc::dtype_mismatch, "matmul: operand dtypes differ: " + std::string(to_string(a.type())) +
                                                 " " + to_string(a.shape()) + " x " + std::string(to_string(b.type())) +
                                                 " " + to_string(b.shape()));
-  if (a.type() == dtype::boolean)
-    return make_error(errc::dtype_mismatch, "matmul: bool operands are not supported: " +
+  if (a.type() == dtype::boolean || is_string(a.type()))
+    return make_error(errc::dtype_mismatch, "matmul: " + std::string(to_string(a.type())) + " operands are not supported: " +
                                                 operands(a, b, transpose_a, transpose_b));
   if (a.ndim() == 0 || b.ndim() == 0)
     return make_error(errc::invalid_argument, "matmul: operands must have rank >= 1: " +
@@ -252,7 +252,7 @@ expected<tensor> matmul(const tensor& a, const tensor& b, bool transpose_a, bool
     case dtype::u8: integer_matmul<uint8_t>(va, vb, out, *batch); break;
     case dtype::i32: integer_matmul<int32_t>(va, vb, out, *batch); break;
     case dtype::i64: integer_matmul<int64_t>(va, vb, out, *batch); break;
-    case dtype::boolean: break;  // rejected above
+    case dtype::boolean: case dtype::string: break;  // rejected above
   }
   if (result.size() == full.size()) return out;
   return out.reshape(result);
