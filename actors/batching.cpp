@@ -208,6 +208,7 @@ bool same_row_dims(const waiting_request& a, const waiting_request& b) {
 // Copies `src` into the leading corner of the contiguous `dst` (same rank, every dim at least src's).
 void copy_into_corner(const tensor& src, tensor& dst) {
   const std::size_t item = size_of(src.type());
+  const bool strings = is_string(src.type());  // objects: assigned, not copied as bytes
   const int rank = src.ndim();
   const int64_t inner = src.dim(rank - 1);
   const int64_t outer = src.numel() / std::max<int64_t>(inner, 1);
@@ -217,8 +218,13 @@ void copy_into_corner(const tensor& src, tensor& dst) {
   for (int64_t row = 0; row < outer && inner > 0; ++row) {
     int64_t at = 0;  // element offset of index[0..rank-2], 0 in the last dim, within dst
     for (int d = 0; d < rank - 1; ++d) at = (at + index[static_cast<std::size_t>(d)]) * dst.dim(d + 1);
-    std::memcpy(to + at * static_cast<int64_t>(item), from + row * inner * static_cast<int64_t>(item),
-                static_cast<std::size_t>(inner) * item);
+    if (strings) {
+      const auto* first = reinterpret_cast<const std::string*>(from) + row * inner;
+      std::copy(first, first + inner, reinterpret_cast<std::string*>(to) + at);
+    } else {
+      std::memcpy(to + at * static_cast<int64_t>(item), from + row * inner * static_cast<int64_t>(item),
+                  static_cast<std::size_t>(inner) * item);
+    }
     for (int d = rank - 2; d >= 0; --d) {
       if (++index[static_cast<std::size_t>(d)] < src.dim(d)) break;
       index[static_cast<std::size_t>(d)] = 0;

@@ -21,6 +21,8 @@ void state_writer::bytes(std::string_view v) {
 expected<void> state_writer::put(const element& e) {
   u64(e.fields.size());
   for (const auto& f : e.fields) {
+    if (is_string(f.value.type()))
+      return make_error(errc::unsupported, "iterator state: field '" + f.name + "' holds strings, which a state cannot save yet");
     AF_TRY_ASSIGN(tensor dense, f.value.contiguous());
     bytes(f.name);
     bytes(encode_tensor_header(dense));

@@ -12,13 +12,16 @@ does; REST goes through `requests` with TF Serving's JSON. Both answers must agr
 Checks: GetModelStatus and GET /v1/models/M list the same available versions; GetModelMetadata's
 "signature_def" Any unpacks into a SignatureDefMap whose signature matches GET .../metadata;
 Predict and POST ...:predict give the same outputs for the same inputs; an unknown model is
-NOT_FOUND / 404. For every signature whose method_name is classify or regress: Classify/Regress
+NOT_FOUND / 404. DT_STRING inputs are sent as bytes that are not all UTF-8 (string_val over gRPC,
+{"b64": ...} over REST); a DT_STRING output named like an input (or like it plus "_bytes") must
+return that input byte for byte over both. For every signature whose method_name is classify or regress: Classify/Regress
 over gRPC (tf.train.Example inputs), POST ...:classify/:regress and Predict on the same rows agree,
 and MultiInference over all of them gives each one's results. Prints "SKIP: ..." and exits 0 when the Python packages are missing; exits 1 on a
 failed check.
 """
 
 import argparse
+import base64
 import sys
 
 
@@ -64,7 +67,11 @@ def example_inputs(signature, rows, seed=0):
     for name, info in sorted(signature.inputs.items()):
         dims = [d.size if d.size >= 0 else rows for d in info.tensor_shape.dim]
         dtype = tf.dtypes.as_dtype(info.dtype)
-        if dtype.is_bool:
+        if dtype == tf.string:
+            count = int(np.prod(dims)) if dims else 1
+            keys = [b"%s-%d-\xff\x00\xc3\xa9" % (name.encode(), i) for i in range(count)]  # not UTF-8, a NUL, an é
+            value = np.array(keys, dtype=object).reshape(dims)
+        elif dtype.is_bool:
             value = rng.integers(0, 2, size=dims).astype(bool)
         elif dtype.is_integer:
             value = rng.integers(0, 5, size=dims).astype(dtype.as_numpy_dtype)
@@ -111,6 +118,13 @@ def grpc_checks(args, channel):
           f"gRPC Predict: model_spec names '{args.model}' version {response.model_spec.version.value}")
     for name, value in outputs.items():
         check(value.shape[:1] == (args.rows,), f"gRPC Predict: output '{name}' has {args.rows} rows ({value.shape})")
+    for name, value in outputs.items():
+        if response.outputs[name].dtype != tf.string.as_datatype_enum:
+            continue
+        source = passed_through(name, inputs)
+        if source is not None:
+            check(value.tolist() == inputs[source].tolist(),
+                  f"gRPC Predict: DT_STRING output '{name}' returns input '{source}' byte for byte")
 
     unknown = predict_pb2.PredictRequest()
     unknown.CopyFrom(request)
@@ -121,6 +135,30 @@ def grpc_checks(args, channel):
     except grpc.RpcError as e:
         check(e.code() == grpc.StatusCode.NOT_FOUND, f"gRPC Predict for an unknown model is NOT_FOUND ({e.code()})")
     return available, signature, inputs, outputs, defs
+
+
+def passed_through(output, inputs):
+    """The input a DT_STRING output echoes by name ("key" or "key_bytes" for input "key"), or None."""
+    for name in (output, output[:-len("_bytes")] if output.endswith("_bytes") else None):
+        if name in inputs and inputs[name].dtype == object:
+            return name
+    return None
+
+
+def rest_value(value):
+    """An input as TF Serving's REST API takes it: bytes as {"b64": ...}, numbers as they are."""
+    if value.dtype == object:
+        return np.vectorize(lambda b: {"b64": base64.b64encode(b).decode()}, otypes=[object])(value).tolist()
+    return value.tolist()
+
+
+def rest_strings(value):
+    """A REST DT_STRING value back as nested lists of bytes: text as UTF-8, {"b64": ...} decoded."""
+    if isinstance(value, list):
+        return [rest_strings(v) for v in value]
+    if isinstance(value, dict):
+        return base64.b64decode(value["b64"])
+    return value.encode()
 
 
 CLASSIFY = "tensorflow/serving/classify"
@@ -232,13 +270,18 @@ def rest_checks(args, available, signature, inputs, grpc_outputs):
     check(sorted(rest_def["inputs"]) == sorted(signature.inputs) and sorted(rest_def["outputs"]) == sorted(signature.outputs),
           "REST and gRPC metadata agree on the signature's inputs and outputs")
 
-    body = {"signature_name": args.signature, "inputs": {name: value.tolist() for name, value in inputs.items()}}
+    body = {"signature_name": args.signature, "inputs": {name: rest_value(value) for name, value in inputs.items()}}
     answer = requests.post(base + ":predict", json=body, timeout=args.timeout)
     check(answer.status_code == 200, f"REST POST {base}:predict: 200 ({answer.status_code}: {answer.text[:200]})")
     rest_outputs = answer.json()["outputs"]
     if not isinstance(rest_outputs, dict):  # a single output comes without its name
         rest_outputs = {next(iter(grpc_outputs)): rest_outputs}
     for name, value in grpc_outputs.items():
+        if value.dtype == object:
+            check(rest_strings(rest_outputs[name]) == value.tolist(), f"REST and gRPC predictions agree on DT_STRING output '{name}'")
+            if name.endswith("_bytes"):
+                check(all(isinstance(v, dict) for v in rest_outputs[name]), f"REST writes '{name}' as {{\"b64\": ...}}")
+            continue
         check(np.allclose(np.asarray(rest_outputs[name], dtype=np.float64), value.astype(np.float64), rtol=1e-4, atol=1e-5),
               f"REST and gRPC predictions agree on output '{name}'")
 

@@ -272,6 +272,8 @@ expected<void> write_checkpoint_files(const std::string& tmp, const checkpoint& 
       return make_error(errc::unsupported, "checkpoint: tensor '" + name + "' is on " + to_string(value.dev()) +
                                                "; copy it to the CPU first");
     if (value.ndim() > max_ndim) return make_error(errc::invalid_argument, "checkpoint: tensor '" + name + "' has too many dimensions");
+    if (is_string(value.type()))
+      return make_error(errc::unsupported, "checkpoint: tensor '" + name + "' holds strings; checkpoints hold numbers");
     for (std::size_t j = 0; j < i; ++j)
       if (ck.tensors[j].name == name) return make_error(errc::invalid_argument, "checkpoint: tensor name '" + name + "' repeats");
     AF_TRY_ASSIGN(tensor body, value.contiguous());

@@ -125,7 +125,7 @@ std::string text(capnp::Text::Reader t, const std::string& where) {
 }
 
 graph::value_type get_type(schema::ValueType::Reader in, const std::string& where) {
-  auto type = dtype_from_code(in.getDtype());
+  auto type = value_dtype_from_code(in.getDtype());
   if (!type) refuse(where + ": " + type.error_value().message, errc::unknown_dtype);
   auto dims = in.getDims();
   if (dims.size() > max_tensor_rank) refuse(where + ": rank " + std::to_string(dims.size()) + " is over " + std::to_string(max_tensor_rank));
@@ -198,6 +198,7 @@ std::shared_ptr<const graph::fused_program> get_program(schema::FusedProgram::Re
 }
 
 tensor get_constant(capnp::Data::Reader bytes, const graph::value_type& type, const std::string& where) {
+  if (is_string(type.type)) refuse(where + ": a constant of strings (graphs hold numeric constants only)", errc::unknown_dtype);
   for (int64_t d : type.dims)
     if (d < 0) refuse(where + ": a constant of unknown shape " + to_string(type.dims));
   const auto count = static_cast<uint64_t>(numel(type.dims));  // saturates: never more than the bytes there

@@ -65,6 +65,7 @@ expected<void> fill_row(std::byte* out, const graph::tensor_spec& spec, const fe
   const dtype type = spec.type.type;
   const bool floating = is_floating(type);
   if (!feature) return invalid(where + " is missing (input " + to_string(spec.type) + " needs " + std::to_string(per_row) + " values)");
+  if (is_string(type)) return invalid(where + ": input '" + spec.name + "' is DT_STRING, which examples do not fill (use Predict)");
   if (feature->what == feature_values::kind::bytes)
     return invalid(where + " holds bytes; input '" + spec.name + "' is " + to_string(spec.type) + " (send a float or int64 list)");
   const auto wanted = floating ? feature_values::kind::floats : feature_values::kind::ints;
@@ -164,7 +165,7 @@ expected<inference_answer> answer_of(const prediction& done, inference_method me
     row.resize(width);
     for (std::size_t c = 0; c < width; ++c) {
       const std::size_t i = r * width + c;
-      if (classes) row[c].label = std::to_string(integer_at(*classes, i));
+      if (classes) row[c].label = is_string(classes->type()) ? classes->data<std::string>()[i] : std::to_string(integer_at(*classes, i));
       if (scores) row[c].score = scores->data<float>()[i];
     }
   }

@@ -82,6 +82,8 @@ expected<shape> value_dims(const json& v, const shape& expected_rest, dtype type
       ++depth;
       continue;
     }
+    // A string input's element is a JSON string, or {"b64": ...} for bytes that are not text.
+    if (is_string(type) && (at->is_string() || is_b64(*at))) return dims;
     if (is_b64(*at)) {
       auto bytes = base64_decode((*at)["b64"].get_ref<const std::string&>());
       if (!bytes) return make_error(errc::invalid_argument, where + ": a b64 value that is not base64");
@@ -104,6 +106,9 @@ expected<shape> value_dims(const json& v, const shape& expected_rest, dtype type
         dims.push_back(static_cast<int>(d) == open ? static_cast<int64_t>(elements) / std::max<int64_t>(fixed, 1) : expected_rest[d]);
       return dims;
     }
+    if (is_string(type))
+      return make_error(errc::invalid_argument, where + ": expected strings, arrays or {\"b64\": ...} for a DT_STRING input, found " +
+                                                    std::string{at->type_name()});
     if (at->is_number() || at->is_boolean()) return dims;
     return make_error(errc::invalid_argument, where + ": expected numbers, booleans, arrays or {\"b64\": ...}, found " +
                                                   std::string{at->type_name()});
@@ -113,7 +118,23 @@ expected<shape> value_dims(const json& v, const shape& expected_rest, dtype type
 // Writes `v` (of dims `dims` from index `d`) as elements of `type` at `out`; checks it is rectangular.
 error fill(const json& v, const shape& dims, std::size_t d, dtype type, std::byte*& out, const std::string& where) {
   const std::size_t item = size_of(type);
-  if (is_b64(v)) {
+  if (is_string(type) && d == dims.size()) {
+    // `out` points into a string tensor's constructed std::strings.
+    auto& element = *reinterpret_cast<std::string*>(out);
+    if (v.is_string()) {
+      element = v.get<std::string>();
+    } else if (is_b64(v)) {
+      auto bytes = base64_decode(v["b64"].get_ref<const std::string&>());
+      if (!bytes) return make_error(errc::invalid_argument, where + ": a b64 value that is not base64");
+      element = std::move(*bytes);
+    } else {
+      return make_error(errc::invalid_argument, where + ": expected a string or {\"b64\": ...} for a DT_STRING input, found " +
+                                                    std::string{v.type_name()});
+    }
+    out += item;
+    return {};
+  }
+  if (is_b64(v) && !is_string(type)) {
     auto bytes = base64_decode(v["b64"].get_ref<const std::string&>());
     int64_t want = 1;
     for (std::size_t k = d; k < dims.size(); ++k) want *= dims[k];
@@ -306,9 +327,46 @@ expected<rest_predict_request> decode_predict(std::string_view body, const signa
 
 namespace {
 
+// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF).
+bool is_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) { ++i; continue; }
+    std::size_t extra = 0;
+    uint32_t lowest = 0, code = 0;
+    if ((c & 0xe0) == 0xc0) { extra = 1; lowest = 0x80; code = c & 0x1fu; }
+    else if ((c & 0xf0) == 0xe0) { extra = 2; lowest = 0x800; code = c & 0x0fu; }
+    else if ((c & 0xf8) == 0xf0) { extra = 3; lowest = 0x10000; code = c & 0x07u; }
+    else return false;
+    if (s.size() - i <= extra) return false;
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto next = static_cast<unsigned char>(s[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3fu);
+    }
+    if (code < lowest || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+// A string element as TF Serving writes it: {"b64": ...} for an output whose name ends in
+// "_bytes", otherwise a JSON string. Bytes that are not UTF-8 cannot be a JSON string, so they go
+// as b64 too (TF Serving would write invalid JSON).
+void append_string_element(std::string& out, const std::string& s, bool as_b64) {
+  if (as_b64 || !is_utf8(s)) {
+    out += "{\"b64\":\"";
+    apps::append_base64(out, s);
+    out += "\"}";
+  } else {
+    apps::append_json_string(out, s);
+  }
+}
+
 // One element, the shortest text that reads back as the same value (NaN and infinities as TF
 // Serving writes them).
-void append_element(std::string& out, const std::byte* p, dtype type) {
+void append_element(std::string& out, const std::byte* p, dtype type, bool as_b64) {
   char buf[40];
   auto put_float = [&](auto x) {
     if (std::isnan(x)) { out += "NaN"; return; }
@@ -322,6 +380,7 @@ void append_element(std::string& out, const std::byte* p, dtype type) {
     case dtype::f16: case dtype::bf16: put_float(static_cast<float>(load_as_double(p, type))); return;
     case dtype::boolean: out += (*reinterpret_cast<const uint8_t*>(p) ? "true" : "false"); return;
     case dtype::i64: { int64_t x; std::memcpy(&x, p, 8); auto r = std::to_chars(buf, buf + sizeof buf, x); out.append(buf, r.ptr); return; }
+    case dtype::string: append_string_element(out, *reinterpret_cast<const std::string*>(p), as_b64); return;
     default: {
       auto r = std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(load_as_double(p, type)));
       out.append(buf, r.ptr);
@@ -331,16 +390,16 @@ void append_element(std::string& out, const std::byte* p, dtype type) {
 }
 
 // The elements from `p` in dims[d..] as nested arrays; advances `p`.
-void append_value(std::string& out, const std::byte*& p, const shape& dims, std::size_t d, dtype type) {
+void append_value(std::string& out, const std::byte*& p, const shape& dims, std::size_t d, dtype type, bool as_b64) {
   if (d == dims.size()) {
-    append_element(out, p, type);
+    append_element(out, p, type, as_b64);
     p += size_of(type);
     return;
   }
   out += '[';
   for (int64_t i = 0; i < dims[d]; ++i) {
     if (i) out += ',';
-    append_value(out, p, dims, d + 1, type);
+    append_value(out, p, dims, d + 1, type, as_b64);
   }
   out += ']';
 }
@@ -355,6 +414,10 @@ std::string encode_predict(const prediction& answer, bool row_format) {
     auto c = t.contiguous();
     dense.push_back(c ? std::move(*c) : t);
   }
+  // TF Serving's rule: a string output named "*_bytes" holds bytes, written as {"b64": ...}.
+  std::vector<bool> as_b64;
+  for (const auto& spec : specs) as_b64.push_back(spec.name.ends_with("_bytes"));
+  as_b64.resize(dense.size(), false);
   std::string out;
   out.reserve(64 + [&] { std::size_t n = 0; for (const auto& t : dense) n += static_cast<std::size_t>(t.numel()) * 12; return n; }());
   const bool single = dense.size() == 1;
@@ -374,7 +437,7 @@ std::string encode_predict(const prediction& answer, bool row_format) {
     out += "{\"outputs\":";
     append_outputs([&](std::size_t k) {
       const auto* p = static_cast<const std::byte*>(dense[k].raw_data());
-      append_value(out, p, dense[k].shape(), 0, dense[k].type());
+      append_value(out, p, dense[k].shape(), 0, dense[k].type(), as_b64[k]);
     });
     out += '}';
     return out;
@@ -385,7 +448,7 @@ std::string encode_predict(const prediction& answer, bool row_format) {
   for (const auto& t : dense) cursor.push_back(static_cast<const std::byte*>(t.raw_data()));
   for (int64_t r = 0; r < rows; ++r) {
     if (r) out += ',';
-    append_outputs([&](std::size_t k) { append_value(out, cursor[k], dense[k].shape(), 1, dense[k].type()); });
+    append_outputs([&](std::size_t k) { append_value(out, cursor[k], dense[k].shape(), 1, dense[k].type(), as_b64[k]); });
   }
   out += "]}";
   return out;

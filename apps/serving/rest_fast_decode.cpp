@@ -242,6 +242,7 @@ std::optional<rest_predict_request> decode_simple_predict(std::string_view body,
   for (std::size_t d = 0; d < values.dims.size(); ++d)
     if (spec.type.dims[d] >= 0 && spec.type.dims[d] != values.dims[d]) return std::nullopt;
   const dtype type = spec.type.type;
+  if (is_string(type)) return std::nullopt;  // numbers only here; strings are decode_predict's
   // Integers are stored from their exact values; anything else that does not fit its dtype
   // (a fraction for an integer input, 300 for a u8, 1e39 for an f32) is left to decode_predict,
   // which names it.

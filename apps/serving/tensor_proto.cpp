@@ -43,6 +43,26 @@ expected<tensor> from_typed(const Field& values, const shape& dims, dtype type, 
   return out;
 }
 
+// string_val as a string tensor: one value fills all n (the copies bounded like any broadcast,
+// each counted with its std::string), otherwise exactly n.
+template <class Field>
+expected<tensor> strings_from(const Field& values, const shape& dims, std::string_view what, std::size_t max_broadcast_bytes) {
+  const int64_t n = numel(dims);
+  const auto given = static_cast<int64_t>(values.size());
+  if (!(given == n || (given == 1 && n > 1)))
+    return make_error(errc::invalid_argument, quoted(what) + ": string_val holds " + std::to_string(given) + " values for " +
+                                                  std::to_string(n) + " elements of shape " + to_string(dims) +
+                                                  " (needs one per element, or one for all)");
+  if (given == 1 && static_cast<uint64_t>(n) > max_broadcast_bytes / (sizeof(std::string) + values.Get(0).size()))
+    return make_error(errc::invalid_argument, quoted(what) + ": one string_val value would fill " + std::to_string(n) +
+                                                  " elements of shape " + to_string(dims) + ", more than the " +
+                                                  std::to_string(max_broadcast_bytes) + " bytes a request may carry");
+  AF_TRY_ASSIGN(tensor out, tensor::empty(dims, dtype::string));
+  auto* dst = out.data<std::string>();
+  for (int64_t i = 0; i < n; ++i) dst[i] = values.Get(static_cast<int>(given == 1 ? 0 : i));
+  return out;
+}
+
 // An integer converted to T when it fits.
 template <class T, class V>
 std::optional<T> narrow(V v) {
@@ -99,6 +119,7 @@ expected<dtype> from_tf_dtype(int code, std::string_view what) {
     case tensorflow::DT_INT32: return dtype::i32;
     case tensorflow::DT_INT64: return dtype::i64;
     case tensorflow::DT_BOOL: return dtype::boolean;
+    case tensorflow::DT_STRING: return dtype::string;
     default: break;
   }
   if (!tensorflow::DataType_IsValid(code) || code == tensorflow::DT_INVALID)
@@ -178,6 +199,8 @@ expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::st
                                                     " where the signature takes " + to_string(spec->type));
   }
 
+  if (is_string(type) && !proto.tensor_content().empty())
+    return make_error(errc::invalid_argument, quoted(what) + ": DT_STRING values go in string_val, not tensor_content");
   if (!proto.tensor_content().empty() || n == 0) {
     const std::size_t want = static_cast<std::size_t>(n) * size_of(type);
     if (proto.tensor_content().size() != want)
@@ -206,7 +229,7 @@ expected<tensor> from_tensor_proto(const tensorflow::TensorProto& proto, std::st
                                  [](bool v) { return std::optional<uint8_t>{static_cast<uint8_t>(v ? 1 : 0)}; });
     case dtype::f16: return from_typed<half>(proto.half_val(), dims, type, what, "half_val", limits.max_broadcast_bytes, from_bits<half>);
     case dtype::bf16: return from_typed<bfloat16>(proto.half_val(), dims, type, what, "half_val", limits.max_broadcast_bytes, from_bits<bfloat16>);
-    case dtype::string: break;  // from_tf_dtype does not give it yet: DT_STRING inputs are refused there
+    case dtype::string: return strings_from(proto.string_val(), dims, what, limits.max_broadcast_bytes);
   }
   return make_error(errc::unknown_dtype, quoted(what) + ": unknown dtype");
 }

@@ -150,6 +150,8 @@ node_id graph_builder::parameter(value_type type, std::string label) {
 }
 
 node_id graph_builder::constant(const tensor& value) {
+  // Constants are hashed, compared and saved as bytes; a string's bytes are a pointer.
+  AF_ASSERT(!is_string(value.type()));
   std::size_t h = hash_bytes(value);
   mix(h, std::hash<std::string>{}("constant"));
   auto& same_hash = by_hash_[h];

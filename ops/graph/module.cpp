@@ -91,8 +91,9 @@ expected<void> check_classification(const signature& s, const Invalid& invalid) 
     return invalid("a classification's outputs are 'scores' and 'classes' only");
   if (scores && (scores->type.type != dtype::f32 || scores->type.dims.size() != 2 || !batch_first(scores->type)))
     return invalid("'scores' must be f32 [-1, classes], not " + to_string(scores->type));
-  if (classes && (!is_integral(classes->type.type) || classes->type.dims.size() != 2 || !batch_first(classes->type)))
-    return invalid("'classes' must be integers [-1, classes], not " + to_string(classes->type));
+  if (classes && (!(is_integral(classes->type.type) || is_string(classes->type.type)) || classes->type.dims.size() != 2 ||
+                  !batch_first(classes->type)))
+    return invalid("'classes' must be integers or strings [-1, classes], not " + to_string(classes->type));
   if (scores && classes && scores->type.dims[1] != classes->type.dims[1]) return invalid("'scores' and 'classes' must have the same shape");
   return {};
 }

@@ -132,8 +132,16 @@ expected<value_type> infer_output(std::string_view op, const std::vector<value_t
                                                   " inputs, got " + std::to_string(in.size()));
   if (def->arity < 0 && in.empty())
     return make_error(errc::invalid_argument, "op '" + def->name + "' needs at least one input");
+  // Strings pass through a graph (a parameter returned as an output) but no op computes on them:
+  // every kernel here is numeric.
+  for (std::size_t k = 0; k < in.size(); ++k)
+    if (is_string(in[k].type))
+      return make_error(errc::dtype_mismatch, "op '" + def->name + "' takes no string inputs (input " + std::to_string(k) +
+                                                  " is " + to_string(in[k]) + ")");
   AF_TRY_ASSIGN(auto full, complete_attrs(*def, attrs));
-  return def->infer(in, full);
+  AF_TRY_ASSIGN(auto out, def->infer(in, full));
+  if (is_string(out.type)) return make_error(errc::dtype_mismatch, "op '" + def->name + "' cannot make strings");
+  return out;
 }
 
 bool fusible(const op_def& def, const op_attrs& attrs, dtype type) {

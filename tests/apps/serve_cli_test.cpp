@@ -165,10 +165,11 @@ TEST_CASE("TF Serving's Python clients work unchanged against actorflow serve", 
   scratch_dir cwd{"af_cli_serve"};
   save_dense_model(cwd.path / "models" / "dense" / "1");
   testing::save_inference_model(cwd.path / "models" / "examples" / "1");
+  testing::save_keyed_model(cwd.path / "models" / "keyed" / "1");
   {
     std::ofstream config{cwd.path / "models.config"};
     config << "model_config_list {\n";
-    for (const char* name : {"dense", "examples"})
+    for (const char* name : {"dense", "examples", "keyed"})
       config << "  config { name: '" << name << "' base_path: '" << (cwd.path / "models" / name).string() << "' model_platform: 'tensorflow' }\n";
     config << "}\n";
   }
@@ -184,13 +185,19 @@ TEST_CASE("TF Serving's Python clients work unchanged against actorflow serve", 
   };
   auto dense = check_model("dense", "serving_default");
   auto examples = check_model("examples", "predict");
+  auto keyed = check_model("keyed", "serving_default");
   server.signal(SIGTERM);
   server.finish(std::chrono::seconds(30));
   INFO(describe(dense));
   INFO(describe(examples));
+  INFO(describe(keyed));
   CHECK(dense.exit_code == 0);
   CHECK_THAT(dense.out, Contains("all checks passed"));
   CHECK(examples.exit_code == 0);
   CHECK_THAT(examples.out, Contains("gRPC Classify 'classify'") && Contains("REST and gRPC Regress agree on 'regress'") &&
                                Contains("gRPC MultiInference: 'serving_default' as called alone") && Contains("all checks passed"));
+  // DT_STRING through TF Serving's clients: string_val over gRPC, b64 over REST.
+  CHECK(keyed.exit_code == 0);
+  CHECK_THAT(keyed.out, Contains("DT_STRING output 'key_bytes' returns input 'key' byte for byte") &&
+                            Contains("REST and gRPC predictions agree on DT_STRING output 'key'") && Contains("all checks passed"));
 }

@@ -27,7 +27,7 @@ def field(number, wire, payload):
     return key + varint(len(payload)) + payload
 
 
-def tensor(dtype, dims, content=None, floats=None, ints=None, int64s=None, bools=None, halves=None):
+def tensor(dtype, dims, content=None, floats=None, ints=None, int64s=None, bools=None, halves=None, strings=None):
     shape = b"".join(field(2, 2, field(1, 0, d)) for d in dims)
     out = field(1, 0, dtype) + field(2, 2, shape)
     if content is not None:
@@ -36,6 +36,8 @@ def tensor(dtype, dims, content=None, floats=None, ints=None, int64s=None, bools
         out += field(5, 2, b"".join(struct.pack("<f", f) for f in floats))
     if ints is not None:
         out += field(7, 2, b"".join(varint(i) for i in ints))
+    if strings is not None:  # string_val: repeated bytes, one field each
+        out += b"".join(field(8, 2, s) for s in strings)
     if int64s is not None:
         out += field(10, 2, b"".join(varint(i) for i in int64s))
     if bools is not None:
@@ -45,7 +47,7 @@ def tensor(dtype, dims, content=None, floats=None, ints=None, int64s=None, bools
     return out
 
 
-DT_FLOAT, DT_INT32, DT_UINT8, DT_INT8, DT_INT64, DT_BOOL, DT_HALF = 1, 3, 4, 6, 9, 10, 19
+DT_FLOAT, DT_INT32, DT_UINT8, DT_INT8, DT_STRING, DT_INT64, DT_BOOL, DT_HALF = 1, 3, 4, 6, 7, 9, 10, 19
 
 
 def predict_log(signature, inputs):
@@ -103,6 +105,10 @@ def main(root):
         (9, '{"instances": [{"a": [1, 2], "b": 3}]}'),
         (9, '{"inputs": {"a": [[1, 2]], "b": [3]}}'),
         (0, '{"instances": [[[[[[1]]]]]]}'),
+        (10, '{"instances": ["a", "caf\\u00e9", {"b64": "/wBh"}, ""]}'),
+        (10, '{"inputs": ["\\ud83d\\ude00", "tab\\there"]}'),
+        (11, '{"instances": [{"a": [1, 2], "key": ["k", {"b64": "AA=="}]}]}'),
+        (11, '{"inputs": {"a": [[1, 2]], "key": [["x", "y"]]}}'),
     ]
     for i, (sig, body) in enumerate(bodies):
         write(root, "rest_predict", "seed_%02d" % i, bytes([sig]) + body.encode())
@@ -119,6 +125,10 @@ def main(root):
         (6, tensor(DT_INT8, [2, 1], ints=[-128, 127])),
         (7, tensor(DT_INT32, [2], ints=[2147483647, -2147483648])),
         (0, tensor(DT_FLOAT, [])),
+        (16, tensor(DT_STRING, [3], strings=[b"a", b"\xff\x00", b""])),
+        (24, tensor(DT_STRING, [64], strings=[b"broadcast"])),
+        (0, tensor(DT_STRING, [2, 1], strings=[b"x", b"y"])),
+        (16, tensor(DT_STRING, [2], content=b"\0" * 64)),
     ]
     for i, (limits, proto) in enumerate(protos):
         write(root, "tensor_proto", "seed_%02d" % i, bytes([limits]) + proto)

@@ -141,11 +141,15 @@ TEST_CASE("bad TensorProtos are refused naming the input", "[serving][grpc]") {
     CHECK(t.error_value().code == code);
     CHECK_THAT(t.error_value().message, Catch::Contains("'images'") && Catch::Contains(words));
   };
-  SECTION("strings") {
+  SECTION("strings: as many string_val as elements, or one; never tensor_content") {
     auto p = base();
     p.set_dtype(tensorflow::DT_STRING);
     p.add_string_val("a");
-    refused(p, errc::dtype_mismatch, "DT_STRING");
+    p.add_string_val("b");
+    refused(p, errc::invalid_argument, "string_val holds 2 values for 6 elements");
+    p.clear_string_val();
+    p.set_tensor_content(std::string(6 * sizeof(std::string), 'A'));
+    refused(p, errc::invalid_argument, "DT_STRING values go in string_val");
   }
   SECTION("a type TensorFlow does not define") {
     auto p = base();
@@ -508,7 +512,7 @@ TEST_CASE("Predict over gRPC answers with the model's outputs and TF Serving's m
     (*strings.mutable_inputs())["x"].set_dtype(tensorflow::DT_STRING);
     const auto refused = code_of(strings);
     CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-    CHECK_THAT(refused.error_message(), Catch::Contains("'x'") && Catch::Contains("DT_STRING"));
+    CHECK_THAT(refused.error_message(), Catch::Contains("'x'") && Catch::Contains("string[3,4]") && Catch::Contains("f32[-1,4]"));
     auto filter = predict_request(x);
     filter.add_output_filter("logits");
     CHECK(code_of(filter).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
@@ -809,4 +813,90 @@ TEST_CASE("HandleReloadConfigRequest serves the new list of models", "[serving][
   CHECK_THAT(refused.error_message(), Catch::Contains("absent"));
   CHECK(reload({}).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(predict("b") == grpc::StatusCode::OK);
+}
+
+TEST_CASE("a DT_STRING TensorProto is strings in string_val, and one value broadcasts within the bound", "[serving][grpc][string]") {
+  tensorflow::TensorProto keys;
+  keys.set_dtype(tensorflow::DT_STRING);
+  keys.mutable_tensor_shape()->add_dim()->set_size(3);
+  for (const std::string& s : {std::string("a"), std::string("\xff\x00z", 3), std::string(100, 'x')}) keys.add_string_val(s);
+  auto decoded = from_tensor_proto(keys, "key");
+  REQUIRE(decoded);
+  CHECK(decoded->type() == dtype::string);
+  CHECK(decoded->to_vector<std::string>() == std::vector<std::string>{"a", std::string("\xff\x00z", 3), std::string(100, 'x')});
+  for (auto encoding : {tensor_encoding::content, tensor_encoding::typed}) {
+    tensorflow::TensorProto back;
+    REQUIRE(to_tensor_proto(*decoded, back, encoding));
+    CHECK(back.dtype() == tensorflow::DT_STRING);
+    CHECK(back.tensor_content().empty());  // strings never go as raw storage
+    CHECK(back.string_val_size() == 3);
+    CHECK(back.string_val(1) == std::string("\xff\x00z", 3));
+  }
+
+  tensorflow::TensorProto content = keys;
+  content.clear_string_val();
+  content.set_tensor_content(std::string(3 * 32, 'A'));
+  auto raw = from_tensor_proto(content, "key");
+  REQUIRE_FALSE(raw);
+  CHECK_THAT(raw.error_value().message, Catch::Contains("string_val") && Catch::Contains("tensor_content"));
+
+  tensorflow::TensorProto broadcast;
+  broadcast.set_dtype(tensorflow::DT_STRING);
+  broadcast.mutable_tensor_shape()->add_dim()->set_size(int64_t{1} << 30);
+  broadcast.add_string_val(std::string(1000, 'b'));
+  auto huge = from_tensor_proto(broadcast, "key", {.spec = nullptr, .max_broadcast_bytes = 1 << 20});
+  REQUIRE_FALSE(huge);
+  CHECK_THAT(huge.error_value().message, Catch::Contains("one string_val value would fill"));
+  broadcast.mutable_tensor_shape()->mutable_dim(0)->set_size(4);
+  auto four = from_tensor_proto(broadcast, "key", {.spec = nullptr, .max_broadcast_bytes = 1 << 20});
+  REQUIRE(four);
+  CHECK(four->to_vector<std::string>() == std::vector<std::string>(4, std::string(1000, 'b')));
+
+  tensorflow::TensorProto too_few = keys;
+  too_few.mutable_tensor_shape()->mutable_dim(0)->set_size(5);
+  CHECK_FALSE(from_tensor_proto(too_few, "key"));
+}
+
+TEST_CASE("Predict over gRPC passes DT_STRING keys through, batched or not", "[serving][grpc][net][string]") {
+  testing::scratch_dir scratch{"af_grpc_keys"};
+  testing::save_keyed_model(scratch.path / "1");
+  runtime rt;
+  server_options options;
+  options.enable_batching = GENERATE(false, true);
+  options.batching.max_batch_size = 8;
+  options.batching.batch_timeout = 500us;
+  options.poll_interval = 0ms;
+  auto models = model_server::start(rt, {{.name = "keyed", .base_path = scratch.path.string()}}, options).value();
+  auto server = af::serving::grpc_server::start(*models, "127.0.0.1:0", {.threads = 2}).value();
+  auto stub = tfs::PredictionService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+
+  tfs::PredictRequest request;
+  request.mutable_model_spec()->set_name("keyed");
+  (*request.mutable_inputs())["x"] = proto_of(tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}), tensor_encoding::typed);
+  auto& key = (*request.mutable_inputs())["key"];
+  key.set_dtype(tensorflow::DT_STRING);
+  key.mutable_tensor_shape()->add_dim()->set_size(2);
+  key.add_string_val("first");
+  key.add_string_val(std::string("\x00\xfe", 2));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  tfs::PredictResponse response;
+  const auto status = stub->Predict(&ctx, request, &response);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  for (const char* name : {"key", "key_bytes"}) {
+    const auto& out = response.outputs().at(name);
+    CHECK(out.dtype() == tensorflow::DT_STRING);
+    REQUIRE(out.string_val_size() == 2);
+    CHECK(out.string_val(0) == "first");
+    CHECK(out.string_val(1) == std::string("\x00\xfe", 2));
+  }
+
+  // Numbers where the signature takes strings: INVALID_ARGUMENT naming the input.
+  (*request.mutable_inputs())["key"] = proto_of(tensor::from_vector<float>({1, 2}), tensor_encoding::typed);
+  grpc::ClientContext again;
+  const auto refused = stub->Predict(&again, request, &response);
+  CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(refused.error_message(), Catch::Contains("key"));
 }

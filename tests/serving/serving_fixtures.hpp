@@ -70,6 +70,23 @@ inline void save_inference_model(const std::filesystem::path& dir, uint64_t seed
   if (!saved) throw std::runtime_error(saved.error_value().message);
 }
 
+/// A model with a DT_STRING input passed through, as batch-prediction keys are: x: f32[-1,2] and
+/// key: string[-1] in; "squares" (x * x), "key" and "key_bytes" (the key again, under a name that
+/// TF Serving's REST API writes as {"b64": ...}) out, as "serving_default".
+inline void save_keyed_model(const std::filesystem::path& dir) {
+  graph::graph_builder b;
+  const auto x = b.parameter({dtype::f32, {-1, 2}}, "x");
+  const auto key = b.parameter({dtype::string, {-1}}, "key");
+  const auto squares = b.add("mul", {x, x});
+  if (!squares) throw std::runtime_error(squares.error_value().message);
+  auto g = std::move(b).finish({*squares, key, key}, {"squares", "key", "key_bytes"});
+  graph::module functions;
+  functions.signatures.push_back(graph::signature_of("serving_default", "keyed", g));
+  functions.functions.push_back({"keyed", std::move(g)});
+  auto saved = saved_model::save(functions, {}, dir.string());
+  if (!saved) throw std::runtime_error(saved.error_value().message);
+}
+
 struct http_answer {
   int status = 0;
   std::string headers;
