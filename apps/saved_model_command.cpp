@@ -109,6 +109,10 @@ int show(const std::map<std::string, std::string>& flags) {
 
 void print_tensor(const std::string& name, const tensor& t) {
   std::printf("'%s': %s%s\n", name.c_str(), std::string{to_string(t.type())}.c_str(), to_string(t.shape()).c_str());
+  if (is_string(t.type())) {  // quoted and escaped
+    std::printf("%s\n", t.to_string(1000).c_str());
+    return;
+  }
   auto as_f64 = t.contiguous();
   if (!as_f64) return;
   const int64_t shown = std::min<int64_t>(t.numel(), 1000);

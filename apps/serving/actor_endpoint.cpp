@@ -7,6 +7,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include <map>
+#include <optional>
 
 #include <atomic>
 #include <thread>
@@ -27,6 +28,13 @@ model_spec spec_of(std::string name, int64_t version, std::string label, std::st
   model_spec spec{std::move(name), std::nullopt, std::move(label), std::move(signature)};
   if (version != any_version) spec.version = version;
   return spec;
+}
+
+// The name of the first output holding strings, which no CAF message carries (tensor_inspect.hpp).
+std::optional<std::string> string_output(const prediction& answer) {
+  for (std::size_t i = 0; i < answer.outputs.size(); ++i)
+    if (is_string(answer.outputs[i].type())) return answer.signature->outputs[i].name;
+  return std::nullopt;
 }
 
 using answered_atom = caf::atom_constant<caf::atom("af_sansw")>;
@@ -69,6 +77,13 @@ caf::behavior endpoint(caf::stateful_actor<endpoint_state>* self, model_server* 
                               [me = caf::actor{self}, id, in_flight](expected<prediction> answer) {
                                 if (!answer) {
                                   caf::anon_send(me, refused_atom::value, id, to_caf_error(answer.error_value()));
+                                } else if (auto strings = string_output(*answer)) {
+                                  // CAF would fail to serialise the reply and the caller would wait out its
+                                  // deadline: refuse it now, by name.
+                                  caf::anon_send(me, refused_atom::value, id,
+                                                 to_caf_error(error{errc::unsupported, "output '" + *strings +
+                                                                                           "' is DT_STRING, which the actor endpoint "
+                                                                                           "does not carry yet (use REST or gRPC)"}));
                                 } else {
                                   std::vector<named_tensor> outputs;
                                   for (std::size_t i = 0; i < answer->outputs.size(); ++i)

@@ -72,6 +72,11 @@ TEST_CASE("a client in another runtime predicts through the actor endpoint", "[s
   CHECK(c->predict({.name = "other"}, {{"x", x}}).error_value().code == errc::not_found);
   CHECK(c->predict({.name = "dense"}, {{"z", x}}).error_value().code == errc::invalid_argument);
   CHECK(c->status("other").error_value().code == errc::not_found);
+  // Strings do not cross processes yet: refused at once, by name, not lost on the way.
+  auto keys = c->predict({.name = "dense"}, {{"key", tensor::from_vector(std::vector<std::string>{"k"})}});
+  REQUIRE_FALSE(keys);
+  CHECK(keys.error_value().code == errc::unsupported);
+  CHECK_THAT(keys.error_value().message, Catch::Contains("'key'") && Catch::Contains("DT_STRING"));
 
   SECTION("a client of an endpoint that went away gets peer_down or a timeout, never a hang") {
     endpoint->reset();
