@@ -33,7 +33,9 @@ json specs_json(const std::vector<graph::tensor_spec>& specs) {
 expected<std::vector<graph::tensor_spec>> specs_from(const json& list) {
   std::vector<graph::tensor_spec> out;
   for (const auto& s : list) {
-    AF_TRY_ASSIGN(auto type, parse_dtype(s.at("dtype").get<std::string>()));
+    // A signature's dtype may be "string" (DT_STRING), which parse_dtype leaves out for files.
+    const auto name = s.at("dtype").get<std::string>();
+    AF_TRY_ASSIGN(auto type, name == to_string(dtype::string) ? expected<dtype>{dtype::string} : parse_dtype(name));
     shape dims;
     for (const auto& d : s.at("dims")) dims.push_back(d.get<int64_t>());
     out.push_back({s.at("name").get<std::string>(), graph::value_type{type, dims}});

@@ -86,6 +86,10 @@ expected<std::vector<tensor>> op_registry::run(std::string_view name,
   auto it = ops_.find(name);
   if (it == ops_.end())
     return make_error(errc::invalid_argument, "unknown op '" + std::string{name} + "'");
+  // Every registered kernel is numeric, as every graph op is (op_def.cpp's infer_output).
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    if (is_string(inputs[k].type()))
+      return make_error(errc::dtype_mismatch, "op '" + std::string{name} + "' takes no string inputs (input " + std::to_string(k) + ")");
   auto result = guarded("kernel", [&] { return it->second(inputs, attrs); });
   if (result) return result;
   // Kernels usually name themselves already ("matmul: ..."); make sure every error does.

@@ -77,6 +77,11 @@ expected<element> stack_elements(const std::vector<element>& items) {
                                                     describe(first) + " (padded_batch pads them)");
       auto dense = t.contiguous();
       if (!dense) return dense.error_value();
+      if (is_string(t.type())) {  // objects: assigned one by one
+        const auto* from = dense->data<std::string>();
+        std::copy(from, from + t.numel(), stacked->data<std::string>() + static_cast<int64_t>(i) * t.numel());
+        continue;
+      }
       std::memcpy(dst + i * row, dense->raw_data(), row);
     }
     out.fields.push_back({name, std::move(*stacked)});

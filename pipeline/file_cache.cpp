@@ -80,6 +80,8 @@ expected<void> encode_element(const element& e, std::string& out) {
     }
     if (!f.value.dev().is_cpu())
       return make_error(errc::unsupported, "cache: field '" + f.name + "' is not on the CPU (only CPU tensors are cached)");
+    if (is_string(f.value.type()))
+      return make_error(errc::unsupported, "cache: field '" + f.name + "' holds strings, which the cache does not store yet");
     AF_TRY_ASSIGN(tensor dense, f.value.contiguous());
     put<uint8_t>(out, static_cast<uint8_t>(dense.type()));
     put<uint8_t>(out, static_cast<uint8_t>(dense.ndim()));

@@ -65,7 +65,6 @@ expected<void> fill_row(std::byte* out, const graph::tensor_spec& spec, const fe
   const dtype type = spec.type.type;
   const bool floating = is_floating(type);
   if (!feature) return invalid(where + " is missing (input " + to_string(spec.type) + " needs " + std::to_string(per_row) + " values)");
-  if (is_string(type)) return invalid(where + ": input '" + spec.name + "' is DT_STRING, which examples do not fill (use Predict)");
   if (feature->what == feature_values::kind::bytes)
     return invalid(where + " holds bytes; input '" + spec.name + "' is " + to_string(spec.type) + " (send a float or int64 list)");
   const auto wanted = floating ? feature_values::kind::floats : feature_values::kind::ints;
@@ -128,9 +127,16 @@ expected<std::vector<named_tensor>> inputs_from_examples(const example_batch& ba
   std::vector<named_tensor> inputs;
   inputs.reserve(signature.inputs.size());
   for (const auto& spec : signature.inputs) {
+    if (is_string(spec.type.type))
+      return invalid("input '" + spec.name + "' is DT_STRING, which examples do not fill (use Predict)");
     af::shape dims = spec.type.dims;
     AF_TRY_ASSIGN(const int64_t per_row, row_size(spec, batch, dims));
     dims[0] = rows;
+    // A context feature stands in for every example that lacks it: a small request can declare
+    // rows x values far beyond its own size. Bounded before anything is allocated.
+    if (per_row > 0 && static_cast<uint64_t>(rows) > max_example_input_bytes / size_of(spec.type.type) / static_cast<uint64_t>(per_row))
+      return invalid("input '" + spec.name + "' would be " + std::to_string(rows) + " examples x " + std::to_string(per_row) +
+                     " values, over the " + std::to_string(max_example_input_bytes >> 20) + " MiB that examples may fill");
     AF_TRY_ASSIGN(tensor values, tensor::empty(dims, spec.type.type));
     auto* out = static_cast<std::byte*>(values.raw_data());
     const std::size_t row_bytes = static_cast<std::size_t>(per_row) * size_of(spec.type.type);

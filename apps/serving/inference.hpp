@@ -54,6 +54,10 @@ expected<void> check_method(const graph::signature& signature, inference_method 
 /// The signature's inputs, one row per example, in its order. invalid_argument naming the example
 /// and the feature for an empty batch, a missing feature, one of the wrong kind or count, or an
 /// integer the input's dtype cannot hold.
+/// The most one input filled from examples may hold (a shared context feature multiplies by the
+/// example count).
+inline constexpr uint64_t max_example_input_bytes = uint64_t{256} << 20;
+
 expected<std::vector<named_tensor>> inputs_from_examples(const example_batch& batch, const graph::signature& signature);
 
 struct class_score {

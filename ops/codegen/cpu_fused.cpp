@@ -258,6 +258,10 @@ expected<tensor> run_fused_cpu(const fused_program& p, const std::vector<tensor>
       return make_error(errc::dtype_mismatch, "fused kernel input " + std::to_string(i) + ": expected " +
                                                   std::string{to_string(p.inputs[i].type)} + ", got " +
                                                   std::string{to_string(inputs[i].type())});
+    if (inputs[i].type() != type)  // run_typed reads every input as the output's type
+      return make_error(errc::dtype_mismatch, "fused kernel input " + std::to_string(i) + " is " +
+                                                  std::string{to_string(inputs[i].type())} + ", the kernel computes " +
+                                                  std::string{to_string(type)});
     AF_TRY_ASSIGN(dims, broadcast_shapes(dims, inputs[i].shape(), "fused kernel"));
   }
   // Inputs that are neither the output's shape nor a single value are broadcast into place first.

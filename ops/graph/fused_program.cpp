@@ -24,6 +24,12 @@ expected<void> fused_program::verify(const std::vector<value_type>& in, const va
     values.push_back(std::move(inferred));
   }
   if (!(out() == out_type)) return make_error(errc::invalid_argument, "fused program output type differs from the node's");
+  // A fused kernel reads every input as its output's element type, steps or no steps reading it
+  // (an unread string or i32 input would otherwise reach the kernel).
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].type != out_type.type)
+      return make_error(errc::invalid_argument, "fused program input " + std::to_string(i) + " is " + graph::to_string(inputs[i]) +
+                                                    ", not the kernel's " + std::string{af::to_string(out_type.type)});
   return {};
 }
 

@@ -287,3 +287,21 @@ TEST_CASE("caching 2000 elements of 64 KiB streams them so memory stays far belo
   }
   CHECK(std::filesystem::file_size(path) > static_cast<uintmax_t>(count * bytes));
 }
+
+TEST_CASE("string fields batch as strings, and the cache refuses them by name", "[pipeline][cache][string]") {
+  runtime rt{test_runtime_options()};
+  scratch_dir dir{"af_file_cache"};
+  auto keyed = dataset::range(4).map([](element e) -> expected<element> {
+    e.set("key", tensor::from_vector(std::vector<std::string>{"key-" + std::to_string(e.find("value")->item<int64_t>()) +
+                                                               std::string(30, '.')}));
+    return e;
+  });
+  const auto batches = drain(rt, keyed.batch(2));
+  REQUIRE(batches.size() == 2);
+  CHECK(batches[1].find("key")->to_vector<std::string>() ==
+        std::vector<std::string>{"key-2" + std::string(30, '.'), "key-3" + std::string(30, '.')});
+  const error refused = drain_error(rt, keyed.cache(dir.file("k.cache")));
+  CHECK(refused.code == errc::unsupported);
+  CHECK(refused.message.find("'key'") != std::string::npos);
+  CHECK(refused.message.find("strings") != std::string::npos);
+}

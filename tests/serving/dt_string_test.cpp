@@ -10,11 +10,16 @@
 
 #include "../support/scratch_dir.hpp"
 #include "actors/runtime.hpp"
+#include "actors/serving_types.hpp"
 #include "apps/serving/http_server.hpp"
+#include "apps/serving/inference.hpp"
 #include "apps/serving/metrics.hpp"
 #include "apps/serving/model_server.hpp"
 #include "apps/serving/rest_codec.hpp"
 #include "apps/serving/rest_fast_decode.hpp"
+#include "ops/codegen/cpu_fused.hpp"
+#include "ops/graph/fused_program.hpp"
+#include "ops/op_registry.hpp"
 #include "serving_fixtures.hpp"
 
 using namespace af;
@@ -158,4 +163,59 @@ TEST_CASE("graphs carry strings from parameters to outputs but no op computes on
   CHECK(sig->inputs[1].type.type == dtype::string);
   CHECK(sig->outputs[2].name == "key_bytes");
   CHECK(sig->outputs[2].type.type == dtype::string);
+}
+
+TEST_CASE("no kernel reads a string: fused programs, eager ops and examples refuse them first", "[serving][string][graph]") {
+  // A fused node in a (hostile) SavedModel with an input no step reads: the kernel would read it
+  // as its own element type. Refused when the program is checked, and by the kernel itself.
+  graph::fused_program unread;
+  unread.inputs = {{dtype::f32, {-1}}, {dtype::string, {-1}}};
+  unread.steps = {{"neg", {0}, {}, {dtype::f32, {-1}}}};
+  auto checked = unread.verify(unread.inputs, {dtype::f32, {-1}});
+  REQUIRE_FALSE(checked);
+  CHECK_THAT(checked.error_value().message, Contains("input 1") && Contains("string"));
+  graph::fused_program unread_int = unread;
+  unread_int.inputs[1] = {dtype::i32, {-1}};
+  CHECK_FALSE(unread_int.verify(unread_int.inputs, {dtype::f32, {-1}}));
+  const tensor x = tensor::from_vector<float>({1, 2});
+  auto ran = codegen::run_fused_cpu(unread, {x, tensor::from_vector(std::vector<std::string>{"a", "b"})}, nullptr);
+  REQUIRE_FALSE(ran);
+  CHECK(ran.error_value().code == errc::dtype_mismatch);
+  CHECK_FALSE(codegen::run_fused_cpu(unread_int, {x, tensor::from_vector<int32_t>({1, 2})}, nullptr));
+
+  // Eager ops, through the registry every eager call takes.
+  const auto registry = default_op_registry();
+  for (const char* op : {"neg", "where", "add"}) {
+    std::vector<tensor> inputs(std::string_view{op} == "neg" ? 1 : std::string_view{op} == "add" ? 2 : 3,
+                               tensor::from_vector(std::vector<std::string>{"a"}));
+    auto refused = registry->run(op, inputs, {});
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error_value().code == errc::dtype_mismatch);
+  }
+
+  // Examples: a DT_STRING input is refused before anything is allocated, and a shared context
+  // feature cannot multiply a small request into a huge input.
+  graph::signature keyed{"classify", "f", {{"key", {dtype::string, {-1}}}}, {{"scores", {dtype::f32, {-1, 2}}}}, {}};
+  example_batch batch;
+  batch.examples.resize(3);
+  auto strings = inputs_from_examples(batch, keyed);
+  REQUIRE_FALSE(strings);
+  CHECK_THAT(strings.error_value().message, Contains("'key' is DT_STRING"));
+  graph::signature wide{"classify", "f", {{"x", {dtype::f32, {-1, -1}}}}, {{"scores", {dtype::f32, {-1, 2}}}}, {}};
+  example_batch amplified;
+  amplified.context = {{"x", {.what = feature_values::kind::floats, .floats = std::vector<float>(1 << 16, 1.0f)}}};
+  amplified.examples.resize(2048);  // 2048 x 65536 floats = 512 MiB from a 256 KiB context
+  auto huge = inputs_from_examples(amplified, wide);
+  REQUIRE_FALSE(huge);
+  CHECK_THAT(huge.error_value().message, Contains("2048 examples x 65536 values"));
+  amplified.examples.resize(8);
+  CHECK(inputs_from_examples(amplified, wide));
+}
+
+TEST_CASE("the actor endpoint's signature text keeps DT_STRING", "[serving][string]") {
+  graph::signature keyed{"serving_default", "f", {{"key", {dtype::string, {-1}}}}, {{"key", {dtype::string, {-1}}}}, {}};
+  auto back = decode_signatures(encode_signatures({keyed}));
+  REQUIRE(back);
+  REQUIRE(back->size() == 1);
+  CHECK((*back)[0].inputs[0].type == graph::value_type{dtype::string, {-1}});
 }
