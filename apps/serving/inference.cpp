@@ -10,15 +10,6 @@ namespace {
 
 error invalid(std::string what) { return make_error(errc::invalid_argument, std::move(what)); }
 
-const char* kind_name(feature_values::kind k) {
-  switch (k) {
-    case feature_values::kind::bytes: return "bytes";
-    case feature_values::kind::floats: return "float";
-    case feature_values::kind::ints: return "int64";
-    case feature_values::kind::none: break;
-  }
-  return "empty";
-}
 
 std::size_t value_count(const feature_values& f) {
   switch (f.what) {
@@ -102,6 +93,16 @@ const tensor* output_named(const prediction& done, std::string_view name) {
 }
 
 }  // namespace
+
+const char* kind_name(feature_values::kind k) noexcept {
+  switch (k) {
+    case feature_values::kind::bytes: return "bytes";
+    case feature_values::kind::floats: return "float";
+    case feature_values::kind::ints: return "int64";
+    case feature_values::kind::none: break;
+  }
+  return "empty";
+}
 
 std::string_view method_name(inference_method method) noexcept {
   return method == inference_method::classify ? graph::classify_method : graph::regress_method;

@@ -36,6 +36,9 @@ struct feature_values {
 
 using example = std::map<std::string, feature_values, std::less<>>;
 
+/// "bytes", "float", "int64" (as TF names a feature's list), "empty" for none.
+const char* kind_name(feature_values::kind k) noexcept;
+
 struct example_batch {
   std::vector<example> examples;
   example context;  ///< merged into every example; the example's own feature wins

@@ -17,16 +17,6 @@ namespace {
 
 error invalid(std::string what) { return make_error(errc::invalid_argument, std::move(what)); }
 
-const char* kind_word(feature_values::kind k) {
-  switch (k) {
-    case feature_values::kind::bytes: return "bytes";
-    case feature_values::kind::floats: return "float";
-    case feature_values::kind::ints: return "int64";
-    case feature_values::kind::none: break;
-  }
-  return "none";
-}
-
 // One JSON value appended to the feature, which keeps the kind of its first value.
 error add_value(const json& v, feature_values& feature, const std::string& where) {
   feature_values::kind kind;
@@ -35,7 +25,7 @@ error add_value(const json& v, feature_values& feature, const std::string& where
   else if (v.is_string() || (v.is_object() && v.size() == 1 && v.contains("b64") && v["b64"].is_string())) kind = feature_values::kind::bytes;
   else return invalid(where + " has an element of unexpected JSON type " + std::string{v.type_name()});
   if (feature.what != feature_values::kind::none && feature.what != kind)
-    return invalid(where + ": unexpected element type " + kind_word(kind) + " in a feature of type " + kind_word(feature.what));
+    return invalid(where + ": unexpected element type " + kind_name(kind) + " in a feature of type " + kind_name(feature.what));
   feature.what = kind;
   switch (kind) {
     case feature_values::kind::ints:
