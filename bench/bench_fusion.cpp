@@ -39,6 +39,7 @@ af::tensor ok(af::expected<af::tensor> t) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_fusion [--quick] [--elements N]", {"--quick"}, {"--elements"});
   using namespace af;
   const bool quick = bench::has_flag(argc, argv, "--quick");
   const int64_t n = flag_value(argc, argv, "--elements", int64_t{1} << 24);

@@ -41,6 +41,7 @@ int fail(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_gpu_fused [--quick]", {"--quick"});
   const bool quick = bench::has_flag(argc, argv, "--quick");
   bench::json_line json;
   json.add("bench", std::string("gpu_fused"));

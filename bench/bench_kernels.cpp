@@ -27,6 +27,7 @@ double gflops(const gemm_shape& s, double seconds) { return 2.0 * s.m * s.k * s.
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_kernels [--quick]", {"--quick"});
   using namespace af;
   const bool quick = bench::has_flag(argc, argv, "--quick");
   const int threads = thread_budget();

@@ -196,6 +196,7 @@ bool zero_copy_in_process(af::runtime& rt, const af::tensor& payload) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_messaging [--quick]", {"--quick"});
   bool quick = false;
   for (int i = 1; i < argc; ++i) quick = quick || std::strcmp(argv[i], "--quick") == 0;
   const int reps = quick ? 7 : 11;

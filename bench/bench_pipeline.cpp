@@ -217,6 +217,11 @@ int64_t run_raw_loop(const std::vector<std::string>& files, int64_t threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv,
+                         "build/bench/bench_pipeline [--quick] [--profile] [--records N] [--files K] [--threads T] "
+                         "[--scheduler-threads S] [--dir PATH] [--no-burn] [--pipeline-only | --raw-only] [--caf CAF_OPTION]...",
+                         {"--quick", "--profile", "--no-burn", "--pipeline-only", "--raw-only"},
+                         {"--records", "--files", "--threads", "--scheduler-threads", "--dir", "--caf"});
   const bool quick = af::bench::has_flag(argc, argv, "--quick");
   const int64_t records = flag_value(argc, argv, "--records", 50000);
   const int64_t files = flag_value(argc, argv, "--files", 8);

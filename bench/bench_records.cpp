@@ -39,6 +39,7 @@ double rate(int reps, int64_t records, F&& body) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_records [--quick]", {"--quick"});
   const bool quick = af::bench::has_flag(argc, argv, "--quick");
   const int64_t records = quick ? 50000 : 200000;
   const int reps = quick ? 3 : 5;

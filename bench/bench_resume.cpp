@@ -112,6 +112,7 @@ void report(const char* layout, const figures& f, int64_t at, int64_t batches) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_resume [--quick]", {"--quick"});
   using namespace af::data;
   const bool quick = af::bench::has_flag(argc, argv, "--quick");
   const int64_t records = 50000;

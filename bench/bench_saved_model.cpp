@@ -41,6 +41,7 @@ std::size_t read_whole(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_saved_model [--quick]", {"--quick"});
   const bool quick = af::bench::has_flag(argc, argv, "--quick");
   const int64_t hidden = quick ? 1024 : 5120;  // variables: 1024*8192 + 8192*hidden floats
   const int reps = quick ? 5 : 9;

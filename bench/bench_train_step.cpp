@@ -212,6 +212,7 @@ void report(const char* what, const timing& t, const timing& hand) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  af::bench::check_flags(argc, argv, "build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only] [--lazy] [--pipeline-polls]", {"--quick", "--mlp-only", "--cnn-only", "--lazy", "--pipeline-polls"});
   const bool quick = af::bench::has_flag(argc, argv, "--quick");
   const bool run_mlp = !af::bench::has_flag(argc, argv, "--cnn-only");
   const bool run_cnn = !af::bench::has_flag(argc, argv, "--mlp-only");
