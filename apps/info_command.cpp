@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <string_view>
 #include <thread>
 
 #include "apps/commands.hpp"
@@ -7,7 +8,14 @@
 
 namespace af::apps {
 
-int run_info(int, char**) {
+int run_info(int argc, char** argv) {
+  // It takes nothing: a flag meant for another command is a mistake worth saying.
+  if (argc > 1) {
+    const bool help = std::string_view{argv[1]} == "--help" || std::string_view{argv[1]} == "-h";
+    std::fprintf(help ? stdout : stderr, "%s%s%susage: actorflow info\n", help ? "" : "actorflow info: unknown argument '",
+                 help ? "" : argv[1], help ? "" : "'\n");
+    return help ? 0 : 2;
+  }
   std::printf("actorflow 0.1.0\n");
   std::printf("cpu: %u hardware threads, kernel thread budget %d\n", std::thread::hardware_concurrency(),
               thread_budget());

@@ -183,6 +183,10 @@ int run_saved_model(int argc, char** argv) {
   if (argc < 2) return usage(stderr);
   const std::string verb = argv[1];
   if (verb == "-h" || verb == "--help") return usage(stdout);
+  if (verb != "show" && verb != "run") {
+    std::fprintf(stderr, "actorflow saved_model: unknown verb '%s' (show or run)\n", verb.c_str());
+    return usage(stderr);
+  }
   std::map<std::string, std::string> flags;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -197,10 +201,7 @@ int run_saved_model(int argc, char** argv) {
     }
   }
   if (!flags.count("--dir")) return fail("--dir DIR is required");
-  if (verb == "show") return show(flags);
-  if (verb == "run") return run(flags);
-  std::fprintf(stderr, "actorflow saved_model: unknown verb '%s'\n", verb.c_str());
-  return usage(stderr);
+  return verb == "show" ? show(flags) : run(flags);
 }
 
 }  // namespace af::apps

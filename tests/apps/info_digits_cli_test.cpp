@@ -42,6 +42,14 @@ TEST_CASE("actorflow lists its commands on --help and refuses unknown ones with 
   auto unknown = actorflow({"frobnicate"}, cwd.path);
   CHECK(unknown.exit_code == 2);
   CHECK_THAT(unknown.err, Contains("unknown command 'frobnicate'"));
+
+  // Every command refuses a flag it does not take, with its usage, and runs nothing.
+  for (const char* command : {"info", "demo", "topology-demo", "records", "digits", "import", "saved_model", "serve"}) {
+    auto typo = actorflow({command, "--no-such-flag"}, cwd.path);
+    INFO(command << ": " << describe(typo));
+    CHECK(typo.exit_code == 2);
+    CHECK_THAT(typo.err + typo.out, Contains("usage: actorflow " + std::string{command}));
+  }
 }
 
 TEST_CASE("actorflow digits --out DIR splits the 1,797 digits into 1,438 train and 359 test records, the same each time",
