@@ -198,6 +198,61 @@ TEST_CASE("actorflow serve survives hostile REST and gRPC requests and still ans
   CHECK(s.stop() == 0);
 }
 
+TEST_CASE("actorflow serve refuses hostile DT_STRING requests and still answers", "[serve][hostile][string]") {
+  // The keyed model (x: f32[-1,2], key: string[-1]; outputs squares, key, key_bytes), served as "dense".
+  served s{{}, [](const std::filesystem::path& version) { save_keyed_model(version); }};
+  const long rss_before = s.peak_rss_kib();
+  http_client rest{static_cast<uint16_t>(s.rest)};
+  auto post = [&](const std::string& body) { return rest.request("POST", "/v1/models/dense:predict", body, auth_header); };
+  const std::string good = R"({"instances": [{"x": [1, 2], "key": "k"}]})";
+  REQUIRE(post(good).status == 200);
+
+  // REST: a number, an array, an object and bad base64 where a string belongs; 300,000 keys for one row of x.
+  CHECK(post(R"({"instances": [{"x": [1, 2], "key": 7}]})").status == 400);
+  CHECK(post(R"({"instances": [{"x": [1, 2], "key": ["a"]}]})").status == 400);
+  CHECK(post(R"({"instances": [{"x": [1, 2], "key": {"text": "a"}}]})").status == 400);
+  CHECK(post(R"({"instances": [{"x": [1, 2], "key": {"b64": "!!"}}]})").status == 400);
+  std::string keys = R"({"inputs": {"x": [[1, 2]], "key": [)";
+  for (int i = 0; i < 300000; ++i) keys += i ? ",\"\"" : "\"\"";
+  CHECK(post(keys + "]}}").status == 400);
+
+  // gRPC: one string broadcast to 2^31 elements, strings as tensor_content, too few string_val.
+  auto stub = tfs::PredictionService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(s.grpc), grpc::InsecureChannelCredentials()));
+  auto keyed = [](tensorflow::TensorProto key) {
+    auto request = predict_request(float_tensor({1, 2}, {1, 2}));
+    (*request.mutable_inputs())["key"] = std::move(key);
+    return request;
+  };
+  auto strings = [](int64_t n) {
+    tensorflow::TensorProto t;
+    t.set_dtype(tensorflow::DT_STRING);
+    t.mutable_tensor_shape()->add_dim()->set_size(n);
+    return t;
+  };
+  auto one = strings(1);
+  one.add_string_val("k");
+  REQUIRE(call(*stub, keyed(one)).ok());
+  auto broadcast = strings(int64_t{1} << 31);
+  broadcast.add_string_val(std::string(1000, 'b'));
+  auto refused = call(*stub, keyed(broadcast));
+  CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(refused.error_message(), Catch::Contains("one string_val value would fill"));
+  auto content = strings(1);
+  content.set_tensor_content(std::string(32, 'A'));  // a std::string's bytes: never taken
+  CHECK(call(*stub, keyed(content)).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  auto too_few = strings(3);
+  too_few.add_string_val("a");
+  too_few.add_string_val("b");
+  CHECK(call(*stub, keyed(too_few)).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+
+  REQUIRE(s.alive());
+  CHECK(post(good).status == 200);
+  CHECK(call(*stub, keyed(one)).ok());
+  CHECK(s.peak_rss_kib() - rss_before < 256 * 1024);
+  CHECK(s.stop() == 0);
+}
+
 TEST_CASE("with a token, every front end of actorflow serve refuses a caller without it", "[serve][auth]") {
   served s;
   // REST: 401 and a WWW-Authenticate challenge without the token, or with a wrong one.

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <regex>
 #include <string>
@@ -31,9 +33,13 @@ struct served {
   std::unique_ptr<child_process> server;
   int rest = 0, grpc = 0, actor = 0;
 
-  /// Starts the server with `extra` flags after the common ones.
-  explicit served(std::vector<std::string> extra = {}) {
-    save_version(dir.path / "models" / "dense", 1, 7);
+  /// Starts the server with `extra` flags after the common ones, serving as "dense" the model
+  /// `save` writes into a version directory (by default the small dense model, version 1).
+  explicit served(std::vector<std::string> extra = {},
+                  const std::function<void(const std::filesystem::path&)>& save = [](const std::filesystem::path& version) {
+                    save_version(version.parent_path(), 1, 7);
+                  }) {
+    save(dir.path / "models" / "dense" / "1");
     std::ofstream{dir.path / "token"} << token << "\n";
     std::vector<std::string> argv{AF_ACTORFLOW_PATH, "serve", "--model_name=dense",
                                   "--model_base_path=" + (dir.path / "models" / "dense").string(), "--rest_api_port=-1", "--port=-1",
