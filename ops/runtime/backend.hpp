@@ -4,7 +4,7 @@
 // a runner for fused programs, copies to and from host memory, an in-order queue and its
 // properties. Executors (the interpreter, af::graph_executor, the device actors) dispatch every
 // node through a backend, fused nodes included, and never call kernels themselves. The CPU backend
-// is always there and is the reference; the CUDA backend implements the same interface.
+// is always there and is the reference; it is the only one so far (no CUDA backend yet).
 //
 //   auto cpu = af::make_cpu_backend({.name = "cpu:1", .memory = big_allocator});
 //   auto y = cpu->run_node(node, program, inputs);  // a graph node on this device

@@ -231,6 +231,7 @@ TEST_CASE("fused f32 kernels stay within a few ulp of libm across the range", "[
       {"tanh", [](const syms& in) { return syms{tanh(in[0] * 0.5 * 2.0)}; }, [](double v) { return std::tanh(v); }, 5e-7, 1e-30},
       {"sigmoid", [](const syms& in) { return syms{sigmoid(in[0] * 0.5 * 2.0)}; },
        [](double v) { return 1 / (1 + std::exp(-v)); }, 1e-6, 1e-30},
+      {"erf", [](const syms& in) { return syms{erf(in[0] * 0.5 * 2.0)}; }, [](double v) { return std::erf(v); }, 0, 5e-7},
       {"gelu", [](const syms& in) { return syms{gelu(in[0] * 0.5 * 2.0)}; },
        [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, 1e-6, 3e-7},
   };

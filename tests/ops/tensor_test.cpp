@@ -29,6 +29,25 @@ TEST_CASE("copying a tensor shares its storage", "[cpu][tensor]") {
   CHECK(af::all_equal(a, *c));
 }
 
+TEST_CASE("slice and transpose and permute and expand return views of the same storage", "[cpu][tensor]") {
+  auto t = tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
+  auto sliced = t.slice(1, 1, 3);
+  auto transposed = t.transpose();
+  auto permuted = t.permute({1, 0});
+  auto row = tensor::from_vector<float>({7, 8, 9}, {1, 3});
+  auto expanded = row.expand({4, 3});
+  REQUIRE(sliced);
+  REQUIRE(transposed);
+  REQUIRE(permuted);
+  REQUIRE(expanded);
+  CHECK(sliced->buffer() == t.buffer());
+  CHECK(sliced->to_vector<float>() == std::vector<float>{1, 2, 4, 5});
+  CHECK(transposed->buffer() == t.buffer());
+  CHECK(permuted->buffer() == t.buffer());
+  CHECK(expanded->buffer() == row.buffer());
+  CHECK(expanded->to_vector<float>() == std::vector<float>{7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9});
+}
+
 TEST_CASE("reshape of a contiguous tensor is a view and infers one dimension", "[cpu][tensor]") {
   auto t = tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
   auto r = t.reshape({3, -1});
