@@ -115,6 +115,20 @@ TEST_CASE("the optimize pipeline keeps results and names a pass in its errors", 
   CHECK(compute_nodes(*optimized) == 3);  // matmul, the kernel, softmax
 }
 
+TEST_CASE("the verifier runs after each pass, and its error names the pass", "[graph][passes]") {
+  // A fused node whose declared shape disagrees with its program: the first pass keeps it, and the
+  // verifier after that pass refuses the result.
+  graph_builder b;
+  const auto x = b.parameter({dtype::f32, {4}});
+  auto program = std::make_shared<fused_program>();
+  program->inputs = {value_type{dtype::f32, {4}}};
+  program->steps = {fused_step{"exp", {0}, {}, value_type{dtype::f32, {4}}}};
+  const auto fused = b.add_fused({x}, program, value_type{dtype::f32, {5}});
+  auto optimized = optimize(std::move(b).finish({fused}));
+  REQUIRE_FALSE(optimized);
+  CHECK_THAT(optimized.error_value().to_string(), Catch::Contains("after constant folding") && Catch::Contains("fused"));
+}
+
 TEST_CASE("the memory plan shares buffers between values whose lifetimes do not overlap", "[graph][passes]") {
   // A chain of 6 unfused ops on 1 MiB values needs two buffers, not six.
   const auto g = traced([](const syms& in) {
