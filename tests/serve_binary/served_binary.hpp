@@ -34,11 +34,13 @@ struct served {
   int rest = 0, grpc = 0, actor = 0;
 
   /// Starts the server with `extra` flags after the common ones, serving as "dense" the model
-  /// `save` writes into a version directory (by default the small dense model, version 1).
+  /// `save` writes into a version directory (by default the small dense model, version 1), through
+  /// `launcher` when one is given (a program that execs the rest of its arguments, like prlimit).
   explicit served(std::vector<std::string> extra = {},
                   const std::function<void(const std::filesystem::path&)>& save = [](const std::filesystem::path& version) {
                     save_version(version.parent_path(), 1, 7);
-                  }) {
+                  },
+                  std::vector<std::string> launcher = {}) {
     save(dir.path / "models" / "dense" / "1");
     std::ofstream{dir.path / "token"} << token << "\n";
     std::vector<std::string> argv{AF_ACTORFLOW_PATH, "serve", "--model_name=dense",
@@ -46,6 +48,7 @@ struct served {
                                   "--actor_port=-1", "--bearer_token_file=" + (dir.path / "token").string(),
                                   "--max_body_bytes=1048576", "--file_system_poll_wait_seconds=0", "--tensorflow_intra_op_parallelism=1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.begin(), launcher.begin(), launcher.end());
     server = std::make_unique<child_process>(std::move(argv), dir.path);
     for (;;) {
       auto line = server->read_line(std::chrono::seconds(120));

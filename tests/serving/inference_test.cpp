@@ -241,3 +241,20 @@ TEST_CASE("a model saved with classify and regress signatures answers them as pr
     CHECK_THAT(infer(models, {.name = "m"}, inference_method::classify, missing).error_value().message, Contains("example 1: feature 'x'"));
   }
 }
+
+TEST_CASE("a context feature cannot make examples fill more than 256 MiB", "[serving][inference]") {
+  // One context feature of 16 MiB stands in for every example: 17 empty examples would declare
+  // 272 MiB from a request of 16 MB. Refused before anything is allocated; 2 examples are filled.
+  const int64_t per_row = int64_t{1} << 22;
+  graph::signature sig{"regress", "f", {{"x", {dtype::f32, {-1, per_row}}}}, {{"outputs", {dtype::f32, {-1}}}}, {}};
+  sig.method_name = std::string{graph::regress_method};
+  example_batch batch;
+  batch.context = {{"x", floats(std::vector<float>(static_cast<std::size_t>(per_row), 1.0f))}};
+  batch.examples.resize(17);
+  CHECK_THAT(refusal(inputs_from_examples(batch, sig)),
+             Contains("input 'x' would be 17 examples x 4194304 values, over the 256 MiB that examples may fill"));
+  batch.examples.resize(2);
+  auto inputs = inputs_from_examples(batch, sig);
+  REQUIRE(inputs);
+  CHECK((*inputs)[0].value.shape() == shape{2, per_row});
+}
