@@ -91,14 +91,7 @@ TEST_CASE("identical subgraphs are built once, stateful ops and parameters never
 }
 
 TEST_CASE("the verifier rejects a fused node whose program disagrees with it", "[graph]") {
-  graph_builder b;
-  const auto x = b.parameter({dtype::f32, {4}});
-  auto program = std::make_shared<fused_program>();
-  program->inputs = {value_type{dtype::f32, {4}}};
-  program->steps = {fused_step{"exp", {0}, {}, value_type{dtype::f32, {4}}}};
-  const auto fused = b.add_fused({x}, program, value_type{dtype::f32, {5}});  // wrong shape
-  auto g = std::move(b).finish({fused});
-  auto checked = g.verify();
+  auto checked = graph_with_inconsistent_fused_node().verify();
   REQUIRE_FALSE(checked);
   CHECK_THAT(checked.error_value().message, Catch::Contains("node 1") && Catch::Contains("fused"));
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/graph/fused_program.hpp"
+#include "ops/graph/graph.hpp"
 #include "ops/random.hpp"
 #include "ops/tensor.hpp"
 
@@ -60,4 +62,16 @@ inline af::tensor numeric_gradient(const std::function<double(const std::vector<
     numeric.data<double>()[j] = (probe(h) - probe(-h)) / (2 * h);
   }
   return numeric;
+}
+
+/// A graph the verifier must refuse: node 1 is a fused exp over f32[4] that declares f32[5].
+inline af::graph::graph graph_with_inconsistent_fused_node() {
+  using namespace af::graph;
+  graph_builder b;
+  const auto x = b.parameter({af::dtype::f32, {4}});
+  auto program = std::make_shared<fused_program>();
+  program->inputs = {value_type{af::dtype::f32, {4}}};
+  program->steps = {fused_step{"exp", {0}, {}, value_type{af::dtype::f32, {4}}}};
+  const auto fused = b.add_fused({x}, program, value_type{af::dtype::f32, {5}});  // wrong shape
+  return std::move(b).finish({fused});
 }

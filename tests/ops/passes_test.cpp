@@ -118,13 +118,7 @@ TEST_CASE("the optimize pipeline keeps results and names a pass in its errors", 
 TEST_CASE("the verifier runs after each pass, and its error names the pass", "[graph][passes]") {
   // A fused node whose declared shape disagrees with its program: the first pass keeps it, and the
   // verifier after that pass refuses the result.
-  graph_builder b;
-  const auto x = b.parameter({dtype::f32, {4}});
-  auto program = std::make_shared<fused_program>();
-  program->inputs = {value_type{dtype::f32, {4}}};
-  program->steps = {fused_step{"exp", {0}, {}, value_type{dtype::f32, {4}}}};
-  const auto fused = b.add_fused({x}, program, value_type{dtype::f32, {5}});
-  auto optimized = optimize(std::move(b).finish({fused}));
+  auto optimized = optimize(graph_with_inconsistent_fused_node());
   REQUIRE_FALSE(optimized);
   CHECK_THAT(optimized.error_value().to_string(), Catch::Contains("after constant folding") && Catch::Contains("fused"));
 }
