@@ -1,0 +1,71 @@
+#pragma once
+
+// Collectives as an actor topology: a ring of rank actors in one process, each owned by one
+// replica, which together sum a tensor (all-reduce) by reduce-scatter then all-gather, the
+// bandwidth-optimal ring of Baidu's allreduce, Horovod and NCCL. Chunks travel between neighbours as
+// messages that are views of the sender's buffer (no copy); each rank adds what it receives into
+// its own. CAF stays behind this header.
+//
+//   auto ring = af::collectives::ring_group::start(rt, {.ranks = 2}).value();
+//   // on replica r's thread, for every bucket of every step, in the same order on every rank:
+//   auto summed = ring.all_reduce(r, {.step = s, .bucket = b}, gradients);   // af::expected<tensor>
+//
+// Every call carries its step and bucket: a rank whose calls do not line up with its neighbour's
+// (another order, another shape or dtype) fails every rank's call with an error naming both ranks
+// and both calls, never a hang or a wrong sum; a call that not every rank makes within the timeout
+// fails naming the ranks that did not arrive.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ops/error.hpp"
+#include "ops/tensor.hpp"
+
+namespace af {
+class runtime;
+}
+
+namespace af::collectives {
+
+struct ring_options {
+  /// Ranks in the ring, at least 1.
+  int ranks = 2;
+  /// How long a rank waits for the others once it has called; then every rank's call fails naming
+  /// those that did not arrive.
+  std::chrono::milliseconds timeout{60000};
+  /// Names the group in errors.
+  std::string name = "all_reduce";
+};
+
+/// Which collective of a group a call is: every rank makes the same calls in the same order.
+struct call_id {
+  uint64_t step = 0;
+  uint32_t bucket = 0;
+};
+
+class ring_group {
+ public:
+  /// Spawns the ring's rank actors; invalid_argument for fewer than one rank or a timeout of 0.
+  static expected<ring_group> start(runtime& rt, ring_options options);
+  ring_group(ring_group&&) noexcept;
+  ring_group& operator=(ring_group&&) noexcept;
+  /// Stops the ring; calls still waiting fail as cancelled.
+  ~ring_group();
+
+  /// The element-wise sum over every rank's `value` (f32, f64, i32 or i64; the same shape and dtype
+  /// on every rank), as a new tensor for rank `rank`. Blocks the calling thread until the ring is
+  /// done; each rank calls from its own thread. An error as described above, or invalid_argument
+  /// for a rank outside the ring or an unsupported dtype.
+  expected<tensor> all_reduce(int rank, call_id id, const tensor& value) const;
+
+  int ranks() const noexcept;
+
+ private:
+  struct impl;
+  explicit ring_group(std::unique_ptr<impl> state);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace af::collectives

@@ -1,0 +1,96 @@
+// The ring all-reduce of actors/collectives.hpp in one process: 2 and 4 ranks, each calling from a
+// thread of its own as replicas do, on f32 tensors from 4 KB up, against memcpy of the same bytes
+// measured in the same run.
+//
+//   build/bench/bench_allreduce [--quick]
+//
+// Figures follow nccl-tests: algorithm bandwidth = bytes / time of one all-reduce; bus bandwidth =
+// algorithm bandwidth x 2(n-1)/n, the bytes each rank's link carries, comparable across ring sizes.
+// memcpy_gbps is bytes copied per second by one thread (the per-rank work of the ring is a copy of
+// its input and adds of received chunks, one thread per rank). Last line: one JSON object with
+// inproc{2,4}_busbw_gbps_<bytes>, inproc{2,4}_ms_<bytes>, memcpy_gbps and, for 1 MB and up,
+// inproc{2,4}_busbw_vs_memcpy_min (the worst size; goal >= 0.4). Two processes and Gloo's
+// reference come with the cross-process transport.
+
+#include <barrier>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "actors/collectives.hpp"
+#include "actors/runtime.hpp"
+#include "bench_common.hpp"
+#include "ops/random.hpp"
+
+using namespace af;
+
+namespace {
+
+// Median seconds of one all-reduce of `bytes` over `ranks` ranks: every rank's thread makes `calls`
+// calls per repetition; the figure is the repetition's time over its calls.
+double allreduce_seconds(runtime& rt, int ranks, std::size_t bytes, int calls, int reps) {
+  auto ring = collectives::ring_group::start(rt, {.ranks = ranks}).value();
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
+  std::vector<tensor> values;
+  for (int r = 0; r < ranks; ++r) values.push_back(random_normal({n}, static_cast<uint64_t>(r)).value());
+  uint64_t step = 0;
+  std::vector<double> times;
+  for (int rep = 0; rep <= reps; ++rep) {  // the first is a warm-up
+    std::barrier start{ranks + 1};
+    std::vector<std::thread> replicas;
+    for (int r = 0; r < ranks; ++r)
+      replicas.emplace_back([&, r, first = step] {
+        start.arrive_and_wait();
+        for (int c = 0; c < calls; ++c)
+          if (!ring.all_reduce(r, {first + static_cast<uint64_t>(c), 0}, values[static_cast<std::size_t>(r)]))
+            std::abort();
+      });
+    const double s = bench::seconds_of([&] {
+      start.arrive_and_wait();
+      for (auto& t : replicas) t.join();
+    });
+    step += static_cast<uint64_t>(calls);
+    if (rep > 0) times.push_back(s / calls);
+  }
+  return bench::median(times);
+}
+
+double memcpy_gbps(std::size_t bytes, int reps) {
+  std::vector<char> src(bytes, 1), dst(bytes);
+  const double s = bench::median_seconds(reps, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+  return static_cast<double>(bytes) / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::check_flags(argc, argv, "build/bench/bench_allreduce [--quick]", {"--quick"});
+  const bool quick = bench::has_flag(argc, argv, "--quick");
+  const std::vector<std::size_t> sizes = quick ? std::vector<std::size_t>{4096, 1 << 20, 16 << 20, 64 << 20}
+                                               : std::vector<std::size_t>{4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20};
+  runtime rt{{.scheduler_threads = 2}};
+  bench::json_line json;
+  json.add("bench", std::string{"allreduce"});
+  const double copy_gbps = memcpy_gbps(64 << 20, quick ? 5 : 11);
+  json.add("memcpy_gbps", copy_gbps);
+  std::printf("memcpy, one thread, 64 MB: %.2f GB/s\n", copy_gbps);
+  for (int ranks : {2, 4}) {
+    double worst_large = 1e300;
+    for (std::size_t bytes : sizes) {
+      // Enough calls that small sizes are not one message's latency alone.
+      const int calls = bytes <= 65536 ? (quick ? 200 : 1000) : bytes <= (4 << 20) ? 10 : 2;
+      const double s = allreduce_seconds(rt, ranks, bytes, calls, quick ? 3 : 7);
+      const double algbw = static_cast<double>(bytes) / s / 1e9;
+      const double busbw = algbw * 2.0 * (ranks - 1) / ranks;
+      const std::string tag = "inproc" + std::to_string(ranks) + "_";
+      json.add(tag + "busbw_gbps_" + std::to_string(bytes), busbw);
+      json.add(tag + "ms_" + std::to_string(bytes), s * 1e3);
+      if (bytes >= (1 << 20)) worst_large = std::min(worst_large, busbw / copy_gbps);
+      std::printf("%d ranks, %9zu bytes: %8.3f ms, algbw %6.2f GB/s, busbw %6.2f GB/s (%.2f of memcpy)\n", ranks, bytes, s * 1e3,
+                  algbw, busbw, busbw / copy_gbps);
+    }
+    json.add("inproc" + std::to_string(ranks) + "_busbw_vs_memcpy_min", worst_large);
+  }
+  json.print();
+  return 0;
+}

@@ -1,0 +1,141 @@
+// The ring all-reduce (actors/collectives.hpp): sums equal to a reference on every ring size and on
+// sizes that do not divide evenly, the same bits on every rank, and calls that do not line up or a
+// rank that never comes failing every rank by name instead of hanging.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/collectives.hpp"
+#include "actors/runtime.hpp"
+#include "ops/random.hpp"
+
+using namespace af;
+using namespace af::collectives;
+using namespace std::chrono_literals;
+using Catch::Contains;
+
+namespace {
+
+// Each rank's call on a thread of its own, as replicas make them; the results in rank order.
+std::vector<expected<tensor>> call_every_rank(const ring_group& ring, const std::vector<call_id>& ids,
+                                              const std::vector<tensor>& values) {
+  std::vector<expected<tensor>> out(values.size(), make_error(errc::cancelled, "not called"));
+  std::vector<std::thread> replicas;
+  for (std::size_t r = 0; r < values.size(); ++r)
+    replicas.emplace_back([&, r] { out[r] = ring.all_reduce(static_cast<int>(r), ids[r], values[r]); });
+  for (auto& t : replicas) t.join();
+  return out;
+}
+
+tensor random_values(int64_t n, uint64_t seed) {
+  return random_normal({n}, seed).value();
+}
+
+}  // namespace
+
+TEST_CASE("a ring of 1 to 4 ranks sums every rank's tensor, the same bits on every rank", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  for (int ranks : {1, 2, 3, 4}) {
+    auto ring = ring_group::start(rt, {.ranks = ranks});
+    REQUIRE(ring);
+    uint64_t step = 0;
+    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{1000}, int64_t{100003}}) {  // fewer elements than ranks, ragged chunks
+      INFO(ranks << " ranks, " << n << " elements, step " << step);
+      std::vector<tensor> values;
+      std::vector<double> want(static_cast<std::size_t>(n), 0.0);
+      for (int r = 0; r < ranks; ++r) {
+        values.push_back(random_values(n, 100 * step + static_cast<uint64_t>(r)));
+        for (int64_t i = 0; i < n; ++i) want[static_cast<std::size_t>(i)] += values.back().data<float>()[i];
+      }
+      const std::vector<call_id> ids(static_cast<std::size_t>(ranks), call_id{step, 0});
+      auto results = call_every_rank(*ring, ids, values);
+      for (int r = 0; r < ranks; ++r) {
+        REQUIRE(results[static_cast<std::size_t>(r)]);
+        const tensor& got = *results[static_cast<std::size_t>(r)];
+        REQUIRE(got.numel() == n);
+        double worst = 0;
+        for (int64_t i = 0; i < n; ++i)
+          worst = std::max(worst, std::fabs(got.data<float>()[i] - want[static_cast<std::size_t>(i)]) /
+                                      (1.0 + std::fabs(want[static_cast<std::size_t>(i)])));
+        CHECK(worst <= 1e-6);
+        CHECK(std::memcmp(got.raw_data(), results[0]->raw_data(), got.nbytes()) == 0);  // mirrored replicas stay equal
+      }
+      for (int r = 0; r < ranks; ++r)  // the callers' tensors are left as they were
+        CHECK(values[static_cast<std::size_t>(r)].data<float>()[0] == random_values(n, 100 * step + static_cast<uint64_t>(r)).data<float>()[0]);
+      ++step;
+    }
+  }
+}
+
+TEST_CASE("integer all-reduce is exact and keeps the caller's shape out of the wire", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto ring = ring_group::start(rt, {.ranks = 3}).value();
+  std::vector<tensor> values;
+  for (int64_t r = 0; r < 3; ++r) values.push_back(tensor::from_vector<int64_t>({r, 10 * r, 100 * r, 1000 * r, -r, (int64_t{1} << 40) * r}, {2, 3}));
+  auto results = call_every_rank(ring, std::vector<call_id>(3, call_id{7, 2}), values);
+  for (auto& result : results) {
+    REQUIRE(result);
+    CHECK(result->to_vector<int64_t>() == std::vector<int64_t>{3, 30, 300, 3000, -3, (int64_t{1} << 40) * 3});
+  }
+}
+
+TEST_CASE("calls that do not line up fail every rank, naming both ranks and both calls", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  SECTION("another bucket") {
+    auto ring = ring_group::start(rt, {.ranks = 2}).value();
+    auto results = call_every_rank(ring, {call_id{4, 0}, call_id{4, 1}}, {random_values(64, 1), random_values(64, 2)});
+    for (auto& result : results) {
+      REQUIRE_FALSE(result);
+      CHECK(result.error_value().code == errc::invalid_argument);
+      CHECK_THAT(result.error_value().message, Contains("(step 4, bucket 0)") && Contains("(step 4, bucket 1)") &&
+                                                   Contains("every rank must make the same calls"));
+    }
+    // The ring stays failed: a later call is refused at once rather than summed out of step.
+    auto later = ring.all_reduce(0, {5, 0}, random_values(64, 3));
+    REQUIRE_FALSE(later);
+    CHECK_THAT(later.error_value().message, Contains("(step 4, bucket 1)"));
+  }
+  SECTION("another shape") {
+    auto ring = ring_group::start(rt, {.ranks = 3}).value();
+    auto results = call_every_rank(ring, std::vector<call_id>(3, call_id{0, 0}),
+                                   {random_values(64, 1), random_values(65, 2), random_values(64, 3)});
+    for (auto& result : results) {
+      REQUIRE_FALSE(result);
+      CHECK_THAT(result.error_value().message, Contains("f32[64]") && Contains("f32[65]"));
+    }
+  }
+}
+
+TEST_CASE("a rank that never calls fails the others after the timeout, naming it", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto ring = ring_group::start(rt, {.ranks = 3, .timeout = 200ms}).value();
+  std::vector<expected<tensor>> out(2, make_error(errc::cancelled, "not called"));
+  const auto start = std::chrono::steady_clock::now();
+  std::thread r0{[&] { out[0] = ring.all_reduce(0, {9, 0}, random_values(100, 1)); }};
+  std::thread r1{[&] { out[1] = ring.all_reduce(1, {9, 0}, random_values(100, 2)); }};
+  r0.join();
+  r1.join();
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  for (auto& result : out) {
+    REQUIRE_FALSE(result);
+    CHECK(result.error_value().code == errc::timeout);
+    CHECK_THAT(result.error_value().message, Contains("rank(s) 2 did not arrive within 200 ms") && Contains("(step 9, bucket 0)"));
+  }
+}
+
+TEST_CASE("all_reduce refuses a rank outside the ring and values it cannot sum", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  CHECK_FALSE(ring_group::start(rt, {.ranks = 0}));
+  CHECK_FALSE(ring_group::start(rt, {.ranks = 2, .timeout = 0ms}));
+  auto ring = ring_group::start(rt, {.ranks = 2}).value();
+  auto outside = ring.all_reduce(2, {}, random_values(4, 1));
+  REQUIRE_FALSE(outside);
+  CHECK_THAT(outside.error_value().message, Contains("rank 2 is outside the ring of 2"));
+  auto bytes = ring.all_reduce(0, {}, tensor::from_vector<uint8_t>({1, 0}));
+  REQUIRE_FALSE(bytes);
+  CHECK_THAT(bytes.error_value().message, Contains("is not summed"));
+}
