@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/batching.hpp"
+#include "actors/collectives.hpp"
 #include "actors/device_actor.hpp"
 #include "actors/graph_executor.hpp"
 #include "actors/runtime.hpp"
