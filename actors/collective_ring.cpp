@@ -55,24 +55,50 @@ struct arrivals {
   }
 };
 
-std::string describe(call_id id) { return "(step " + std::to_string(id.step) + ", bucket " + std::to_string(id.bucket) + ")"; }
+enum class op_kind : int32_t { all_reduce = 0, all_gather = 1, broadcast = 2 };
 
-// One chunk from the left neighbour: which call, which round and chunk, what the call is.
-struct chunk_message {
-  uint64_t seq = 0;
+// What every rank's call must agree on: the operation (and its root), the call's id, dtype and size.
+struct call_spec {
+  op_kind kind = op_kind::all_reduce;
+  int root = 0;
   call_id id;
   dtype type = dtype::f32;
-  int64_t numel = 0;
+  int64_t numel = 0;  // of one rank's input
+
+  int32_t kind_root() const { return static_cast<int32_t>(kind) | (root << 8); }
+  static call_spec from(int32_t kind_root, uint64_t step, uint32_t bucket, int32_t type, int64_t numel) {
+    return {static_cast<op_kind>(kind_root & 0xff), kind_root >> 8, {step, bucket}, static_cast<dtype>(type), numel};
+  }
+  bool operator==(const call_spec& o) const {
+    return kind == o.kind && root == o.root && id.step == o.id.step && id.bucket == o.id.bucket && type == o.type && numel == o.numel;
+  }
+};
+
+std::string describe(call_id id) { return "(step " + std::to_string(id.step) + ", bucket " + std::to_string(id.bucket) + ")"; }
+
+std::string describe(const call_spec& c) {
+  static const char* names[] = {"all_reduce", "all_gather", "broadcast"};
+  std::string out = names[static_cast<int>(c.kind)];
+  if (c.kind == op_kind::broadcast) out += " from rank " + std::to_string(c.root);
+  return out + " " + describe(c.id) + " of " + std::string{to_string(c.type)} + "[" + std::to_string(c.numel) + "]";
+}
+
+// One chunk from the left neighbour.
+struct chunk_message {
+  uint64_t seq = 0;
+  call_spec spec;
   int round = 0;
   tensor data;
 };
 
 struct running_call {
   uint64_t seq = 0;
-  call_id id;
-  tensor buffer;  // 1-D, contiguous, this rank's own
-  int round = 0;  // the next round whose chunk this rank expects
+  call_spec spec;
+  tensor buffer;     // 1-D, contiguous, this rank's own
+  af::shape result;  // the dims the buffer is answered as
+  int received = 0;  // chunks applied so far
   caf::response_promise answer;
+  std::chrono::steady_clock::time_point started;
 };
 
 struct rank_state {
@@ -85,13 +111,16 @@ struct rank_state {
   std::optional<running_call> current;
   std::map<uint64_t, std::vector<chunk_message>> early;  // chunks of calls this rank has not started
   std::optional<error> failed;                  // once failed, every later call fails alike
+  // One timer at a time: CAF 0.17 cannot cancel a delayed message, so a timer per call would pile
+  // up (a call rate times the timeout); the one timer re-arms for what the running call has left.
+  bool timer_armed = false;
 };
 
 using rank_actor = detail::resume_ordered<caf::stateful_actor<rank_state>>;
 
-// [begin, end) of chunk c of n elements split over `ranks`.
-std::pair<int64_t, int64_t> chunk_range(int64_t n, int ranks, int c) {
-  const int64_t base = n / ranks, extra = n % ranks;
+// [begin, end) of chunk c of n elements split over `parts`.
+std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int c) {
+  const int64_t base = n / parts, extra = n % parts;
   const int64_t begin = c * base + std::min<int64_t>(c, extra);
   return {begin, begin + base + (c < extra ? 1 : 0)};
 }
@@ -115,16 +144,44 @@ void add_chunk(tensor& buffer, int64_t begin, const tensor& chunk) {
   }
 }
 
-void send_chunk(rank_actor* self, int round) {
-  auto& s = self->state;
-  auto& call = *s.current;
-  const int n = s.ranks;
-  // Reduce-scatter rounds 0..n-2 send chunk r-k; all-gather rounds send chunk r+1-k'.
-  const int chunk = round < n - 1 ? wrap(s.rank - round, n) : wrap(s.rank + 1 - (round - (n - 1)), n);
-  const auto [begin, end] = chunk_range(call.buffer.numel(), n, chunk);
-  tensor view = call.buffer.slice(0, begin, end).value();
-  self->send(s.right, chunk_atom::value, call.seq, call.id.step, call.id.bucket, static_cast<int32_t>(call.buffer.type()),
-             call.buffer.numel(), static_cast<int32_t>(round), std::move(view));
+void copy_chunk(tensor& buffer, int64_t begin, const tensor& chunk) {
+  if (chunk.numel() > 0)
+    std::memcpy(static_cast<std::byte*>(buffer.raw_data()) + begin * static_cast<int64_t>(size_of(buffer.type())), chunk.raw_data(),
+                chunk.nbytes());
+}
+
+// The chunks a call's buffer is cut into: one per rank (for all_gather, each rank's slot).
+tensor chunk_view(const running_call& call, int ranks, int chunk) {
+  const auto [begin, end] = chunk_range(call.buffer.numel(), ranks, chunk);
+  return call.buffer.slice(0, begin, end).value();
+}
+
+void send(rank_actor* self, const running_call& call, int round, tensor data) {
+  const auto& c = call.spec;
+  self->send(self->state.right, chunk_atom::value, call.seq, c.id.step, c.id.bucket, c.kind_root(), static_cast<int32_t>(c.type),
+             c.numel, static_cast<int32_t>(round), std::move(data));
+}
+
+// Which chunk a rank sends in a round. all_reduce: reduce-scatter rounds 0..n-2 send chunk r-k,
+// all-gather rounds n-1.. send chunk r+1-k'. all_gather: chunk (slot) r-k. broadcast: chunk k.
+int chunk_sent(op_kind kind, int rank, int ranks, int round) {
+  switch (kind) {
+    case op_kind::all_reduce:
+      return round < ranks - 1 ? wrap(rank - round, ranks) : wrap(rank + 1 - (round - (ranks - 1)), ranks);
+    case op_kind::all_gather: return wrap(rank - round, ranks);
+    case op_kind::broadcast: return round;
+  }
+  return 0;
+}
+
+// Chunks a rank receives before its call is done.
+int chunks_to_receive(const call_spec& c, int rank, int ranks) {
+  switch (c.kind) {
+    case op_kind::all_reduce: return 2 * (ranks - 1);
+    case op_kind::all_gather: return ranks - 1;
+    case op_kind::broadcast: return rank == c.root ? 0 : ranks;
+  }
+  return 0;
 }
 
 void fail_all(rank_actor* self, const error& why, bool tell_ring) {
@@ -140,39 +197,71 @@ void fail_all(rank_actor* self, const error& why, bool tell_ring) {
 }
 
 void finish(rank_actor* self) {
-  auto& s = self->state;
-  auto& call = *s.current;
-  call.answer.deliver(call.buffer);
-  s.current.reset();
+  auto& call = *self->state.current;
+  call.answer.deliver(call.buffer.reshape(call.result).value());
+  self->state.current.reset();
 }
 
 // Applies one chunk of the running call; a mismatch fails the whole ring.
 void apply(rank_actor* self, chunk_message&& m) {
   auto& s = self->state;
   auto& call = *s.current;
-  const int n = s.ranks, left = wrap(s.rank - 1, n);
-  if (m.id.step != call.id.step || m.id.bucket != call.id.bucket || m.type != call.buffer.type() ||
-      m.numel != call.buffer.numel()) {
+  const int n = s.ranks;
+  if (!(m.spec == call.spec)) {
     fail_all(self,
-             error{errc::invalid_argument,
-                   s.name + " call #" + std::to_string(call.seq) + ": rank " + std::to_string(s.rank) + " called " +
-                       describe(call.id) + " on " + std::string{to_string(call.buffer.type())} + "[" +
-                       std::to_string(call.buffer.numel()) + "], rank " + std::to_string(left) + " " + describe(m.id) +
-                       " on " + std::string{to_string(m.type)} + "[" + std::to_string(m.numel) +
-                       "]: every rank must make the same calls, in the same order, on the same shapes"},
+             error{errc::invalid_argument, s.name + " call #" + std::to_string(call.seq) + ": rank " + std::to_string(s.rank) +
+                                               " called " + describe(call.spec) + ", rank " + std::to_string(wrap(s.rank - 1, n)) +
+                                               " " + describe(m.spec) +
+                                               ": every rank must make the same calls, in the same order, on the same shapes"},
              true);
     return;
   }
-  const int chunk = m.round < n - 1 ? wrap(s.rank - m.round - 1, n) : wrap(s.rank - (m.round - (n - 1)), n);
+  // The chunk that arrives in round k is the one the left neighbour sent in round k.
+  const int chunk = chunk_sent(call.spec.kind, wrap(s.rank - 1, n), n, m.round);
   const int64_t begin = chunk_range(call.buffer.numel(), n, chunk).first;
-  if (m.round < n - 1)
+  const bool reducing = call.spec.kind == op_kind::all_reduce && m.round < n - 1;
+  if (reducing)
     add_chunk(call.buffer, begin, m.data);
-  else if (m.data.numel() > 0)
-    std::memcpy(static_cast<std::byte*>(call.buffer.raw_data()) + begin * static_cast<int64_t>(size_of(call.buffer.type())),
-                m.data.raw_data(), m.data.nbytes());
-  call.round = m.round + 1;
-  if (call.round == 2 * (n - 1)) return finish(self);
-  send_chunk(self, call.round);
+  else
+    copy_chunk(call.buffer, begin, m.data);
+  ++call.received;
+  const bool last = call.received == chunks_to_receive(call.spec, s.rank, n);
+  switch (call.spec.kind) {
+    case op_kind::all_reduce:
+    case op_kind::all_gather:
+      if (!last) send(self, call, m.round + 1, chunk_view(call, n, chunk_sent(call.spec.kind, s.rank, n, m.round + 1)));
+      break;
+    case op_kind::broadcast:
+      // Passed on as it came (a view of the root's buffer), until the rank before the root.
+      if (wrap(s.rank + 1, n) != call.spec.root) send(self, call, m.round, std::move(m.data));
+      break;
+  }
+  if (last) finish(self);
+}
+
+// Starts a call: this rank's buffer, and what it sends before it has received anything.
+void start_call(rank_actor* self, running_call&& call, const tensor& value) {
+  auto& s = self->state;
+  const int n = s.ranks;
+  const auto& c = call.spec;
+  if (c.kind == op_kind::all_gather) {
+    call.buffer = tensor::empty({c.numel * n}, c.type).value();
+    copy_chunk(call.buffer, c.numel * s.rank, value.contiguous().value().reshape({c.numel}).value());
+    af::shape dims{n};
+    for (int64_t d : value.shape()) dims.push_back(d);
+    call.result = dims;
+  } else {
+    call.buffer = value.contiguous().value().reshape({c.numel}).value().clone().value();
+    call.result = value.shape();
+  }
+  s.current = std::move(call);
+  auto& running = *s.current;
+  if (n == 1 || chunks_to_receive(c, s.rank, n) == 0) {
+    if (n > 1)  // a broadcast's root sends every chunk, and is done
+      for (int k = 0; k < n; ++k) send(self, running, k, chunk_view(running, n, k));
+    return finish(self);
+  }
+  if (c.kind != op_kind::broadcast) send(self, running, 0, chunk_view(running, n, chunk_sent(c.kind, s.rank, n, 0)));
 }
 
 caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string name, std::chrono::milliseconds timeout,
@@ -181,17 +270,19 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
   s.rank = rank, s.ranks = ranks, s.name = std::move(name), s.timeout = timeout, s.arrived = std::move(arrived);
   return {
       [=](neighbour_atom, caf::actor right) { self->state.right = std::move(right); },
-      [=](contribute_atom, uint64_t step, uint32_t bucket, tensor value) {
+      [=](contribute_atom, int32_t kind_root, uint64_t step, uint32_t bucket, tensor value) {
         auto& st = self->state;
         auto answer = self->make_response_promise();
         if (st.failed) return answer.deliver(to_caf_error(*st.failed));
         const uint64_t seq = st.next_seq++;
         st.arrived->arrived(st.rank);
-        auto flat = value.contiguous().value().reshape({value.numel()}).value().clone().value();
-        if (st.ranks == 1) return answer.deliver(std::move(flat));
-        st.current = running_call{seq, {step, bucket}, std::move(flat), 0, answer};
-        self->delayed_send(self, st.timeout, expire_atom::value, seq);
-        send_chunk(self, 0);
+        const auto spec = call_spec::from(kind_root, step, bucket, static_cast<int32_t>(value.type()), value.numel());
+        start_call(self, running_call{seq, spec, {}, {}, 0, answer, std::chrono::steady_clock::now()}, value);
+        if (!st.current) return;
+        if (!st.timer_armed) {
+          st.timer_armed = true;
+          self->delayed_send(self, st.timeout, expire_atom::value);
+        }
         // Chunks that came before this rank called.
         if (auto early = st.early.find(seq); early != st.early.end()) {
           auto chunks = std::move(early->second);
@@ -200,10 +291,11 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
             if (st.current && st.current->seq == seq) apply(self, std::move(m));
         }
       },
-      [=](chunk_atom, uint64_t seq, uint64_t step, uint32_t bucket, int32_t type, int64_t numel, int32_t round, tensor data) {
+      [=](chunk_atom, uint64_t seq, uint64_t step, uint32_t bucket, int32_t kind_root, int32_t type, int64_t numel, int32_t round,
+          tensor data) {
         auto& st = self->state;
         if (st.failed) return;
-        chunk_message m{seq, {step, static_cast<uint32_t>(bucket)}, static_cast<dtype>(type), numel, round, std::move(data)};
+        chunk_message m{seq, call_spec::from(kind_root, step, bucket, type, numel), round, std::move(data)};
         if (st.current && st.current->seq == seq) return apply(self, std::move(m));
         if (seq >= st.next_seq) st.early[seq].push_back(std::move(m));
       },
@@ -211,12 +303,20 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
         // The error goes once round the ring: the rank that raised it already failed.
         fail_all(self, error{static_cast<errc>(code), why}, !self->state.failed.has_value());
       },
-      [=](expire_atom, uint64_t seq) {
+      [=](expire_atom) {
         auto& st = self->state;
-        if (!st.current || st.current->seq != seq) return;
+        st.timer_armed = false;
+        if (!st.current) return;
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - st.current->started);
+        if (waited < st.timeout) {
+          st.timer_armed = true;
+          self->delayed_send(self, st.timeout - waited, expire_atom::value);
+          return;
+        }
+        const uint64_t seq = st.current->seq;
         const std::string missing = st.arrived->missing(seq);
         fail_all(self,
-                 error{errc::timeout, st.name + " call #" + std::to_string(seq) + " " + describe(st.current->id) +
+                 error{errc::timeout, st.name + " call #" + std::to_string(seq) + " " + describe(st.current->spec.id) +
                                           ": " + (missing.empty() ? std::string{"every rank called, but the ring stalled"}
                                                                   : "rank(s) " + missing + " did not arrive") +
                                           " within " + std::to_string(st.timeout.count()) + " ms"},
@@ -262,18 +362,46 @@ ring_group::~ring_group() = default;
 
 int ring_group::ranks() const noexcept { return static_cast<int>(impl_->ranks.size()); }
 
-expected<tensor> ring_group::all_reduce(int rank, call_id id, const tensor& value) const {
+namespace {
+
+expected<tensor> call_rank(caf::actor_system& sys, const caf::actor& rank, int32_t kind_root, call_id id, const tensor& value) {
+  caf::scoped_actor self{sys};
+  expected<tensor> out = make_error(errc::cancelled, "collective: no answer");
+  self->request(rank, caf::infinite, contribute_atom::value, kind_root, id.step, id.bucket, value)
+      .receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
+  return out;
+}
+
+}  // namespace
+
+error ring_group::check_rank(const char* what, int rank, const tensor& value) const {
   if (rank < 0 || rank >= ranks())
-    return make_error(errc::invalid_argument, "all_reduce: rank " + std::to_string(rank) + " is outside the ring of " +
-                                                  std::to_string(ranks()));
+    return error{errc::invalid_argument, std::string{what} + ": rank " + std::to_string(rank) + " is outside the ring of " +
+                                             std::to_string(ranks())};
+  if (!value.defined() || value.type() == dtype::string)
+    return error{errc::invalid_argument, std::string{what} + ": a defined tensor of numbers is needed"};
+  return {};
+}
+
+expected<tensor> ring_group::all_reduce(int rank, call_id id, const tensor& value) const {
+  if (auto bad = check_rank("all_reduce", rank, value)) return bad;
   const dtype t = value.type();
   if (t != dtype::f32 && t != dtype::f64 && t != dtype::i32 && t != dtype::i64)
     return make_error(errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)");
-  caf::scoped_actor self{*impl_->sys};
-  expected<tensor> out = make_error(errc::cancelled, "all_reduce: no answer");
-  self->request(impl_->ranks[static_cast<std::size_t>(rank)], caf::infinite, contribute_atom::value, id.step, id.bucket, value)
-      .receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
-  return out;
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], static_cast<int32_t>(op_kind::all_reduce), id, value);
+}
+
+expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& value) const {
+  if (auto bad = check_rank("all_gather", rank, value)) return bad;
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], static_cast<int32_t>(op_kind::all_gather), id, value);
+}
+
+expected<tensor> ring_group::broadcast(int rank, int root, call_id id, const tensor& value) const {
+  if (auto bad = check_rank("broadcast", rank, value)) return bad;
+  if (root < 0 || root >= ranks())
+    return make_error(errc::invalid_argument, "broadcast: root " + std::to_string(root) + " is outside the ring of " + std::to_string(ranks()));
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)],
+                   static_cast<int32_t>(op_kind::broadcast) | (root << 8), id, value);
 }
 
 }  // namespace af::collectives

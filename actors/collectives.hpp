@@ -2,9 +2,12 @@
 
 // Collectives as an actor topology: a ring of rank actors in one process, each owned by one
 // replica, which together sum a tensor (all-reduce) by reduce-scatter then all-gather, the
-// bandwidth-optimal ring of Baidu's allreduce, Horovod and NCCL. Chunks travel between neighbours as
-// messages that are views of the sender's buffer (no copy); each rank adds what it receives into
-// its own. CAF stays behind this header.
+// bandwidth-optimal ring of Baidu's allreduce, Horovod and NCCL; the same ring gathers every rank's
+// tensor (all-gather) and passes one rank's on to all (broadcast). Chunks travel between neighbours
+// as messages that are views of the sender's buffer (no copy); each rank adds or copies what it
+// receives into its own. As with every tensor passed between actors, a result may share storage
+// with chunks still in flight: read it, do not write into it in place. CAF stays behind this
+// header.
 //
 //   auto ring = af::collectives::ring_group::start(rt, {.ranks = 2}).value();
 //   // on replica r's thread, for every bucket of every step, in the same order on every rank:
@@ -59,10 +62,17 @@ class ring_group {
   /// done; each rank calls from its own thread. An error as described above, or invalid_argument
   /// for a rank outside the ring or an unsupported dtype.
   expected<tensor> all_reduce(int rank, call_id id, const tensor& value) const;
+  /// Every rank's `value` (the same shape and dtype on each, any numeric dtype), stacked in rank
+  /// order along a new first dimension: [ranks, ...value's dims], for rank `rank`.
+  expected<tensor> all_gather(int rank, call_id id, const tensor& value) const;
+  /// The root's `value` on every rank (each passes a tensor of the root's shape and dtype; only the
+  /// root's values are read), passed round the ring in chunks. The root returns at once.
+  expected<tensor> broadcast(int rank, int root, call_id id, const tensor& value) const;
 
   int ranks() const noexcept;
 
  private:
+  error check_rank(const char* what, int rank, const tensor& value) const;
   struct impl;
   explicit ring_group(std::unique_ptr<impl> state);
   std::unique_ptr<impl> impl_;

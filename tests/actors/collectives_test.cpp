@@ -139,3 +139,66 @@ TEST_CASE("all_reduce refuses a rank outside the ring and values it cannot sum",
   REQUIRE_FALSE(bytes);
   CHECK_THAT(bytes.error_value().message, Contains("is not summed"));
 }
+
+TEST_CASE("all_gather stacks every rank's tensor in rank order on every rank", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  for (int ranks : {1, 2, 3, 4}) {
+    INFO(ranks << " ranks");
+    auto ring = ring_group::start(rt, {.ranks = ranks}).value();
+    std::vector<tensor> values;
+    std::vector<int32_t> want;
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<int32_t> v{r, 10 + r, 20 + r, 30 + r, 40 + r, 50 + r};
+      want.insert(want.end(), v.begin(), v.end());
+      values.push_back(tensor::from_vector<int32_t>(v, {2, 3}));
+    }
+    std::vector<expected<tensor>> results(static_cast<std::size_t>(ranks), make_error(errc::cancelled, "not called"));
+    std::vector<std::thread> replicas;
+    for (int r = 0; r < ranks; ++r)
+      replicas.emplace_back([&, r] { results[static_cast<std::size_t>(r)] = ring.all_gather(r, {1, 0}, values[static_cast<std::size_t>(r)]); });
+    for (auto& t : replicas) t.join();
+    for (auto& result : results) {
+      REQUIRE(result);
+      CHECK(result->shape() == shape{ranks, 2, 3});
+      CHECK(result->to_vector<int32_t>() == want);
+    }
+  }
+}
+
+TEST_CASE("broadcast passes the root's tensor to every rank, whichever rank is the root", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto ring = ring_group::start(rt, {.ranks = 4}).value();
+  for (int root = 0; root < 4; ++root) {
+    INFO("root " << root);
+    std::vector<tensor> values;
+    for (int r = 0; r < 4; ++r) values.push_back(random_values(1001, static_cast<uint64_t>(r == root ? 77 : 1000 + r)));
+    std::vector<expected<tensor>> out(4, make_error(errc::cancelled, "not called"));
+    std::vector<std::thread> replicas;
+    for (int r = 0; r < 4; ++r)
+      replicas.emplace_back([&, r] { out[static_cast<std::size_t>(r)] = ring.broadcast(r, root, {static_cast<uint64_t>(root), 0}, values[static_cast<std::size_t>(r)]); });
+    for (auto& t : replicas) t.join();
+    const auto want = random_values(1001, 77).to_vector<float>();
+    for (auto& result : out) {
+      REQUIRE(result);
+      CHECK(result->to_vector<float>() == want);
+    }
+  }
+  auto bad_root = ring.broadcast(0, 4, {}, random_values(3, 1));
+  REQUIRE_FALSE(bad_root);
+  CHECK_THAT(bad_root.error_value().message, Contains("root 4 is outside the ring of 4"));
+}
+
+TEST_CASE("ranks calling different collectives fail every rank, naming both", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto ring = ring_group::start(rt, {.ranks = 2}).value();
+  std::vector<expected<tensor>> out(2, make_error(errc::cancelled, "not called"));
+  std::thread r0{[&] { out[0] = ring.all_reduce(0, {3, 0}, random_values(8, 1)); }};
+  std::thread r1{[&] { out[1] = ring.all_gather(1, {3, 0}, random_values(8, 2)); }};
+  r0.join();
+  r1.join();
+  for (auto& result : out) {
+    REQUIRE_FALSE(result);
+    CHECK_THAT(result.error_value().message, Contains("all_reduce (step 3, bucket 0) of f32[8]") &&
+                                                 Contains("all_gather (step 3, bucket 0) of f32[8]"));
+  }
+}
