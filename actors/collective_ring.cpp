@@ -2,7 +2,8 @@
 // right neighbour. A call of N ranks splits the tensor into N chunks and takes 2(N-1) rounds:
 // reduce-scatter (in round k rank r sends chunk r-k and adds chunk r-k-1 from its left into its
 // own buffer, so that after N-1 rounds it holds the sum of chunk r+1) then all-gather (the summed
-// chunks go round once more and are copied in place).
+// chunks go round once more and are copied in place). all_gather is that second half on every
+// rank's slot; broadcast passes the root's chunks round the ring and back to the root.
 //
 // Chunks are views of the sender's buffer. A view is read by the receiver before the sender can
 // write that chunk again: a rank writes a chunk only on receiving a message that the ring could
@@ -179,7 +180,7 @@ int chunks_to_receive(const call_spec& c, int rank, int ranks) {
   switch (c.kind) {
     case op_kind::all_reduce: return 2 * (ranks - 1);
     case op_kind::all_gather: return ranks - 1;
-    case op_kind::broadcast: return rank == c.root ? 0 : ranks;
+    case op_kind::broadcast: return ranks;  // the root's come back round: every rank has them
   }
   return 0;
 }
@@ -220,9 +221,10 @@ void apply(rank_actor* self, chunk_message&& m) {
   const int chunk = chunk_sent(call.spec.kind, wrap(s.rank - 1, n), n, m.round);
   const int64_t begin = chunk_range(call.buffer.numel(), n, chunk).first;
   const bool reducing = call.spec.kind == op_kind::all_reduce && m.round < n - 1;
+  const bool own_chunk_back = call.spec.kind == op_kind::broadcast && s.rank == call.spec.root;
   if (reducing)
     add_chunk(call.buffer, begin, m.data);
-  else
+  else if (!own_chunk_back)
     copy_chunk(call.buffer, begin, m.data);
   ++call.received;
   const bool last = call.received == chunks_to_receive(call.spec, s.rank, n);
@@ -232,8 +234,10 @@ void apply(rank_actor* self, chunk_message&& m) {
       if (!last) send(self, call, m.round + 1, chunk_view(call, n, chunk_sent(call.spec.kind, s.rank, n, m.round + 1)));
       break;
     case op_kind::broadcast:
-      // Passed on as it came (a view of the root's buffer), until the rank before the root.
-      if (wrap(s.rank + 1, n) != call.spec.root) send(self, call, m.round, std::move(m.data));
+      // Passed on as it came (a view of the root's buffer). The rank before the root passes it
+      // back to the root, which is done when all have returned: it cannot run calls ahead of the
+      // ring, and its result shares storage with no chunk still in flight.
+      if (s.rank != call.spec.root) send(self, call, m.round, std::move(m.data));
       break;
   }
   if (last) finish(self);
@@ -263,12 +267,11 @@ void start_call(rank_actor* self, running_call&& call, tensor& value) {
   }
   s.current = std::move(call);
   auto& running = *s.current;
-  if (n == 1 || chunks_to_receive(c, s.rank, n) == 0) {
-    if (n > 1)  // a broadcast's root sends every chunk, and is done
-      for (int k = 0; k < n; ++k) send(self, running, k, chunk_view(running, n, k));
-    return finish(self);
-  }
-  if (c.kind != op_kind::broadcast) send(self, running, 0, chunk_view(running, n, chunk_sent(c.kind, s.rank, n, 0)));
+  if (n == 1) return finish(self);
+  if (c.kind != op_kind::broadcast)
+    send(self, running, 0, chunk_view(running, n, chunk_sent(c.kind, s.rank, n, 0)));
+  else if (s.rank == c.root)
+    for (int k = 0; k < n; ++k) send(self, running, k, chunk_view(running, n, k));
 }
 
 caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string name, std::chrono::milliseconds timeout,

@@ -68,7 +68,8 @@ class ring_group {
   /// order along a new first dimension: [ranks, ...value's dims], for rank `rank`.
   expected<tensor> all_gather(int rank, call_id id, const tensor& value) const;
   /// The root's `value` on every rank (each passes a tensor of the root's shape and dtype; only the
-  /// root's values are read), passed round the ring in chunks. The root returns at once.
+  /// root's values are read), passed round the ring in chunks. The root returns when its chunks
+  /// have come back round, so it never runs calls ahead of the others.
   expected<tensor> broadcast(int rank, int root, call_id id, tensor value) const;
 
   int ranks() const noexcept;
