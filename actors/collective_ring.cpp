@@ -66,9 +66,8 @@ struct call_spec {
   dtype type = dtype::f32;
   int64_t numel = 0;  // of one rank's input
 
-  int32_t kind_root() const { return static_cast<int32_t>(kind) | (root << 8); }
-  static call_spec from(int32_t kind_root, uint64_t step, uint32_t bucket, int32_t type, int64_t numel) {
-    return {static_cast<op_kind>(kind_root & 0xff), kind_root >> 8, {step, bucket}, static_cast<dtype>(type), numel};
+  static call_spec from(int32_t kind, int32_t root, uint64_t step, uint32_t bucket, int32_t type, int64_t numel) {
+    return {static_cast<op_kind>(kind), root, {step, bucket}, static_cast<dtype>(type), numel};
   }
   bool operator==(const call_spec& o) const {
     return kind == o.kind && root == o.root && id.step == o.id.step && id.bucket == o.id.bucket && type == o.type && numel == o.numel;
@@ -159,7 +158,7 @@ tensor chunk_view(const running_call& call, int ranks, int chunk) {
 
 void send(rank_actor* self, const running_call& call, int round, tensor data) {
   const auto& c = call.spec;
-  self->send(self->state.right, chunk_atom::value, call.seq, c.id.step, c.id.bucket, c.kind_root(), static_cast<int32_t>(c.type),
+  self->send(self->state.right, chunk_atom::value, call.seq, c.id.step, c.id.bucket, static_cast<int32_t>(c.kind), c.root, static_cast<int32_t>(c.type),
              c.numel, static_cast<int32_t>(round), std::move(data));
 }
 
@@ -280,13 +279,13 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
   s.rank = rank, s.ranks = ranks, s.name = std::move(name), s.timeout = timeout, s.arrived = std::move(arrived);
   return {
       [=](neighbour_atom, caf::actor right) { self->state.right = std::move(right); },
-      [=](contribute_atom, int32_t kind_root, uint64_t step, uint32_t bucket, tensor& value) {
+      [=](contribute_atom, int32_t kind, int32_t root, uint64_t step, uint32_t bucket, tensor& value) {
         auto& st = self->state;
         auto answer = self->make_response_promise();
         if (st.failed) return answer.deliver(to_caf_error(*st.failed));
         const uint64_t seq = st.next_seq++;
         st.arrived->arrived(st.rank);
-        const auto spec = call_spec::from(kind_root, step, bucket, static_cast<int32_t>(value.type()), value.numel());
+        const auto spec = call_spec::from(kind, root, step, bucket, static_cast<int32_t>(value.type()), value.numel());
         start_call(self, running_call{seq, spec, {}, {}, 0, answer, std::chrono::steady_clock::now()}, value);
         if (!st.current) return;
         if (!st.timer_armed) {
@@ -301,11 +300,11 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
             if (st.current && st.current->seq == seq) apply(self, std::move(m));
         }
       },
-      [=](chunk_atom, uint64_t seq, uint64_t step, uint32_t bucket, int32_t kind_root, int32_t type, int64_t numel, int32_t round,
+      [=](chunk_atom, uint64_t seq, uint64_t step, uint32_t bucket, int32_t kind, int32_t root, int32_t type, int64_t numel, int32_t round,
           tensor data) {
         auto& st = self->state;
         if (st.failed) return;
-        chunk_message m{seq, call_spec::from(kind_root, step, bucket, type, numel), round, std::move(data)};
+        chunk_message m{seq, call_spec::from(kind, root, step, bucket, type, numel), round, std::move(data)};
         if (st.current && st.current->seq == seq) return apply(self, std::move(m));
         if (seq >= st.next_seq) st.early[seq].push_back(std::move(m));
       },
@@ -374,10 +373,10 @@ int ring_group::ranks() const noexcept { return static_cast<int>(impl_->ranks.si
 
 namespace {
 
-expected<tensor> call_rank(caf::actor_system& sys, const caf::actor& rank, int32_t kind_root, call_id id, tensor value) {
+expected<tensor> call_rank(caf::actor_system& sys, const caf::actor& rank, op_kind kind, int root, call_id id, tensor value) {
   caf::scoped_actor self{sys};
   expected<tensor> out = make_error(errc::cancelled, "collective: no answer");
-  self->request(rank, caf::infinite, contribute_atom::value, kind_root, id.step, id.bucket, std::move(value))
+  self->request(rank, caf::infinite, contribute_atom::value, static_cast<int32_t>(kind), root, id.step, id.bucket, std::move(value))
       .receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
   return out;
 }
@@ -398,21 +397,19 @@ expected<tensor> ring_group::all_reduce(int rank, call_id id, tensor value) cons
   const dtype t = value.type();
   if (t != dtype::f32 && t != dtype::f64 && t != dtype::i32 && t != dtype::i64)
     return make_error(errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)");
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], static_cast<int32_t>(op_kind::all_reduce), id,
-                   std::move(value));
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], op_kind::all_reduce, 0, id, std::move(value));
 }
 
 expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& value) const {
   if (auto bad = check_rank("all_gather", rank, value)) return bad;
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], static_cast<int32_t>(op_kind::all_gather), id, value);
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], op_kind::all_gather, 0, id, value);
 }
 
 expected<tensor> ring_group::broadcast(int rank, int root, call_id id, tensor value) const {
   if (auto bad = check_rank("broadcast", rank, value)) return bad;
   if (root < 0 || root >= ranks())
     return make_error(errc::invalid_argument, "broadcast: root " + std::to_string(root) + " is outside the ring of " + std::to_string(ranks()));
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)],
-                   static_cast<int32_t>(op_kind::broadcast) | (root << 8), id, std::move(value));
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], op_kind::broadcast, root, id, std::move(value));
 }
 
 }  // namespace af::collectives
