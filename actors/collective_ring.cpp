@@ -357,7 +357,9 @@ expected<ring_group> ring_group::start(runtime& rt, ring_options options) {
   auto arrived = std::make_shared<arrivals>();
   arrived->calls.assign(static_cast<std::size_t>(options.ranks), 0);
   for (int r = 0; r < options.ranks; ++r)
-    state->ranks.push_back(state->sys->spawn(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived));
+    state->ranks.push_back(options.own_threads
+                               ? state->sys->spawn<caf::detached>(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived)
+                               : state->sys->spawn(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived));
   for (int r = 0; r < options.ranks; ++r)
     caf::anon_send(state->ranks[static_cast<std::size_t>(r)], neighbour_atom::value,
                    state->ranks[static_cast<std::size_t>((r + 1) % options.ranks)]);

@@ -40,6 +40,10 @@ struct ring_options {
   std::chrono::milliseconds timeout{60000};
   /// Names the group in errors.
   std::string name = "all_reduce";
+  /// Each rank actor on a thread of its own rather than on the scheduler: for callers that block a
+  /// scheduler worker while they wait (a replica stepping on the actor a pipeline feeds) on a
+  /// scheduler with too few workers to spare one for the ring.
+  bool own_threads = false;
 };
 
 /// Which collective of a group a call is: every rank makes the same calls in the same order.

@@ -15,8 +15,8 @@
 #include "serialization/digits.hpp"
 #include "serialization/npy.hpp"
 #include "serialization/saved_model.hpp"
-#include "strategies/callbacks.hpp"
-#include "strategies/digits.hpp"
+#include "training/callbacks.hpp"
+#include "training/digits.hpp"
 
 namespace af::apps {
 

@@ -58,7 +58,7 @@
 #include "ops/train/layers.hpp"
 #include "serialization/npy.hpp"
 #include "serialization/saved_model.hpp"
-#include "strategies/digits.hpp"
+#include "training/digits.hpp"
 
 using namespace af;
 namespace fs = std::filesystem;

@@ -29,7 +29,7 @@
 #include "ops/train/losses.hpp"
 #include "ops/train/model.hpp"
 #include "ops/train/optimizers.hpp"
-#include "strategies/trainer.hpp"
+#include "training/trainer.hpp"
 
 namespace {
 

@@ -1,5 +1,5 @@
 # `cmake --install <build>` gives a CMake package: find_package(actorflow CONFIG) yields one imported
-# target per layer (actorflow::ops ... actorflow::strategies); af_add_layer installs each layer.
+# target per layer (actorflow::ops ... actorflow::training); af_add_layer installs each layer.
 include(CMakePackageConfigHelpers)
 set(AF_PACKAGE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/actorflow)
 install(EXPORT actorflow-targets NAMESPACE actorflow:: FILE actorflowTargets.cmake

@@ -8,9 +8,9 @@
 #include <cstdio>
 
 #include "actors/runtime.hpp"
-#include "strategies/callbacks.hpp"
+#include "training/callbacks.hpp"
 #include "ops/train/layers.hpp"
-#include "strategies/digits.hpp"
+#include "training/digits.hpp"
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "data/digits";

@@ -104,9 +104,18 @@ class worker_pool {
 
 std::atomic<int> budget{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
 
+thread_local int thread_share = 0;  // 0: no cap on this thread
+
 }  // namespace
 
-int thread_budget() noexcept { return budget.load(std::memory_order_relaxed); }
+int thread_budget() noexcept {
+  const int all = budget.load(std::memory_order_relaxed);
+  return thread_share > 0 ? std::min(all, thread_share) : all;
+}
+
+scoped_thread_share::scoped_thread_share(int threads) noexcept : previous_(thread_share) { thread_share = std::max(1, threads); }
+
+scoped_thread_share::~scoped_thread_share() { thread_share = previous_; }
 
 void set_thread_budget(int threads) { budget.store(std::max(1, threads), std::memory_order_relaxed); }
 

@@ -10,6 +10,20 @@ namespace af {
 int thread_budget() noexcept;
 void set_thread_budget(int threads);
 
+/// Caps thread_budget() on the calling thread while it lives: the share of the cores one replica's
+/// kernels may take when several replicas step at once (two replicas on two cores take one each,
+/// rather than each splitting its loops over both). Nests; the innermost cap holds.
+class scoped_thread_share {
+ public:
+  explicit scoped_thread_share(int threads) noexcept;
+  ~scoped_thread_share();
+  scoped_thread_share(const scoped_thread_share&) = delete;
+  scoped_thread_share& operator=(const scoped_thread_share&) = delete;
+
+ private:
+  int previous_;
+};
+
 /// Runs fn(begin, end) over disjoint chunks covering [0, n), each at least `grain` long, on up to
 /// thread_budget() threads. The calling thread takes part, so nested and concurrent calls from
 /// several actors cannot deadlock. Returns when every chunk has run.

@@ -131,6 +131,28 @@ expected<model> model::functional(std::vector<layer_output> inputs, std::vector<
   return model{std::move(m)};
 }
 
+expected<model> model::clone() const {
+  const auto& m = *impl_;
+  auto copy = std::make_unique<impl>();
+  copy->name = m.name;
+  copy->inputs = m.inputs;
+  copy->outputs = m.outputs;
+  copy->order = m.order;
+  copy->layers = m.layers;
+  copy->first_weight = m.first_weight;
+  copy->local_names = m.local_names;
+  copy->weights = m.weights;
+  copy->values = m.values;  // tensors are shared until a step replaces them; steps never write in place
+  model out{std::move(copy)};
+  if (m.compiled) {
+    AF_TRY(out.compile(*m.compiled));
+    out.impl_->slots = m.slots;
+    out.impl_->updates = m.updates;
+    out.impl_->learning_rate_override = m.learning_rate_override;
+  }
+  return out;
+}
+
 expected<model> model::sequential(layer_output input, std::vector<layer_ptr> layers, model_options options) {
   if (options.name == "model") options.name = "sequential";
   layer_output x = input;

@@ -13,7 +13,7 @@
 //              .metrics = {"accuracy"}});
 //   auto r = m.train_on_batch({images}, {labels});   // r->loss, r->predictions
 //
-// fit/evaluate/predict over datasets live in strategies/trainer.hpp.
+// fit/evaluate/predict over datasets live in training/trainer.hpp.
 
 #include <cstdint>
 #include <functional>
@@ -75,6 +75,13 @@ struct batch_result {
   std::vector<tensor> predictions;  ///< per output
 };
 
+/// What a replica computes for an update (model::compute_gradients).
+struct replica_gradients {
+  batch_result batch;               ///< the slice's loss and predictions
+  std::vector<tensor> gradients;    ///< per trainable weight, times the share
+  std::vector<tensor> non_trainable;  ///< per non-trainable weight: its next value
+};
+
 class model {
  public:
   /// Inputs (from nn::input) and outputs of layer applications. Errors: a failed application
@@ -117,6 +124,27 @@ class model {
   /// target, the row and the value; the model is then unchanged. `seed` draws the dropout masks.
   expected<batch_result> train_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets,
                                         uint64_t seed = 0);
+  /// A replica's half of a training step (tf.distribute's replica function): forward and backward
+  /// on its slice of the global batch, without an update. `share` (the slice's rows over the global
+  /// batch's) scales the gradients, so that their sum over the replicas is the gradient of the global
+  /// batch's mean loss. The non-trainable weights' next values (moving statistics) come unscaled:
+  /// each replica keeps its own, as tf.distribute's on-read variables do. Checks the batch as
+  /// train_on_batch does; the model is unchanged.
+  expected<replica_gradients> compute_gradients(const std::vector<tensor>& inputs, const std::vector<tensor>& targets,
+                                                uint64_t seed = 0, double share = 1.0);
+  /// The other half: one optimizer update at `learning_rate` with `gradients` (one per trainable
+  /// weight, as compute_gradients orders them), and `non_trainable` as those weights' new values.
+  /// Counts as an update. Errors name a gradient whose dtype or shape is not its weight's; the
+  /// model is then unchanged.
+  expected<void> apply_gradients(std::vector<tensor> gradients, std::vector<tensor> non_trainable, double learning_rate);
+  /// The trainable and the non-trainable weights' indices into weights(), in order: how
+  /// compute_gradients lists its gradients and new values.
+  const std::vector<int>& trainable_indices() const;
+  const std::vector<int>& non_trainable_indices() const;
+  /// An independent copy: the same layers (shared, never written), its own weight values,
+  /// optimizer slots, update count and learning-rate override, compiled alike with its own steps.
+  expected<model> clone() const;
+
   /// Loss and predictions without an update (dropout off, moving statistics used).
   expected<batch_result> test_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets);
   expected<std::vector<tensor>> predict_on_batch(const std::vector<tensor>& inputs);

@@ -29,11 +29,14 @@ struct model::impl {
   // -- once compiled ---------------------------------------------------------------------------
   std::optional<compile_options> compiled;
   std::vector<int> trainable;  ///< indices into weights
+  std::vector<int> non_trainable;
   std::vector<tensor> slots;   ///< the optimizer's, in initial_slots order over `trainable`
   int64_t updates = 0;
   std::optional<double> learning_rate_override;
   std::unique_ptr<function> train_step;
   std::unique_ptr<function> test_step;
+  std::unique_ptr<function> gradient_step;  ///< compute_gradients' graph, traced on first use
+  std::unique_ptr<function> apply_step;     ///< apply_gradients' graph
   std::unique_ptr<function> predict_step;
 
   /// The model on traced inputs: every output. `seed` is null unless training.

@@ -217,12 +217,17 @@ expected<void> model::compile(compile_options options) {
     }
   }
   m.trainable.clear();
+  m.non_trainable.clear();
   std::vector<tensor> trainable_values;
   for (std::size_t i = 0; i < m.weights.size(); ++i)
     if (m.weights[i].trainable) {
       m.trainable.push_back(static_cast<int>(i));
       trainable_values.push_back(m.values[i]);
+    } else {
+      m.non_trainable.push_back(static_cast<int>(i));
     }
+  m.gradient_step.reset();
+  m.apply_step.reset();
   AF_TRY_ASSIGN(m.slots, m.compiled->optimizer.initial_slots(trainable_values));
   m.updates = 0;
   m.learning_rate_override.reset();
@@ -299,6 +304,120 @@ expected<batch_result> model::train_on_batch(const std::vector<tensor>& inputs, 
   for (std::size_t s = 0; s < m.slots.size(); ++s) m.slots[s] = std::move(out[first_w + m.values.size() + s]);
   ++m.updates;
   return result;
+}
+
+const std::vector<int>& model::trainable_indices() const { return impl_->trainable; }
+
+const std::vector<int>& model::non_trainable_indices() const { return impl_->non_trainable; }
+
+namespace {
+
+// Gradient inputs: x..., y..., seed, share, weights...; outputs: loss, per-output losses,
+// predictions..., gradients (per trainable weight, times the share), non-trainable next values...
+std::unique_ptr<function> make_gradient_step(model::impl& m) {
+  const std::size_t nx = m.inputs.size(), ny = m.outputs.size();
+  const step_names n = names_of(m);
+  std::vector<std::string> trainable_names, frozen_names;
+  for (int i : m.trainable) trainable_names.push_back(n.weights[static_cast<std::size_t>(i)]);
+  for (int i : m.non_trainable) frozen_names.push_back(n.weights[static_cast<std::size_t>(i)]);
+  function_options options;
+  options.input_names = joined(n.features, n.targets, std::vector<std::string>{"seed", "share"}, n.weights);
+  options.output_names = joined(std::vector<std::string>{"loss"}, n.losses, prefixed("prediction/", n.outputs),
+                                prefixed("gradient/", trainable_names), prefixed("updated/", frozen_names));
+  return std::make_unique<function>([&m, nx, ny](const std::vector<sym>& in) {
+    const std::vector<sym> x(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(nx));
+    const std::vector<sym> y(in.begin() + static_cast<std::ptrdiff_t>(nx), in.begin() + static_cast<std::ptrdiff_t>(nx + ny));
+    const sym& seed = in[nx + ny];
+    const sym& share = in[nx + ny + 1];
+    const std::vector<sym> w(in.begin() + static_cast<std::ptrdiff_t>(nx + ny + 2), in.end());
+    std::vector<std::pair<int, sym>> assigned;
+    auto predictions = m.forward(x, w, &seed, true, &assigned);
+    auto [loss, each] = total_loss(m, y, predictions);
+    std::vector<sym> trainable;
+    for (int i : m.trainable) trainable.push_back(w[static_cast<std::size_t>(i)]);
+    std::vector<sym> out{loss};
+    out.insert(out.end(), each.begin(), each.end());
+    out.insert(out.end(), predictions.begin(), predictions.end());
+    for (auto& g : gradients(loss * share, trainable)) out.push_back(g);
+    std::vector<sym> next_w = w;
+    for (const auto& [i, value] : assigned) next_w[static_cast<std::size_t>(i)] = value;
+    for (int i : m.non_trainable) out.push_back(next_w[static_cast<std::size_t>(i)]);
+    return out;
+  }, std::move(options));
+}
+
+// Apply inputs: trainable weights..., gradients..., slots..., learning rate, count; outputs: the
+// updated trainable weights..., slots...
+std::unique_ptr<function> make_apply_step(model::impl& m) {
+  const std::size_t nt = m.trainable.size();
+  const step_names n = names_of(m);
+  std::vector<std::string> trainable_names;
+  for (int i : m.trainable) trainable_names.push_back(n.weights[static_cast<std::size_t>(i)]);
+  function_options options;
+  options.input_names = joined(trainable_names, prefixed("gradient/", trainable_names), n.slots,
+                               std::vector<std::string>{"learning_rate", "step"});
+  options.output_names = joined(prefixed("updated/", trainable_names), prefixed("updated/", n.slots));
+  return std::make_unique<function>([&m, nt](const std::vector<sym>& in) {
+    const auto at = [&](std::size_t k) { return in.begin() + static_cast<std::ptrdiff_t>(k); };
+    const std::vector<sym> w(at(0), at(nt));
+    const std::vector<sym> g(at(nt), at(2 * nt));
+    const std::vector<sym> slots(at(2 * nt), at(in.size() - 2));
+    auto update = m.compiled->optimizer.apply(w, g, slots, in[in.size() - 2], in[in.size() - 1]);
+    std::vector<sym> out = update.variables;
+    out.insert(out.end(), update.slots.begin(), update.slots.end());
+    return out;
+  }, std::move(options));
+}
+
+}  // namespace
+
+expected<replica_gradients> model::compute_gradients(const std::vector<tensor>& inputs, const std::vector<tensor>& targets,
+                                                     uint64_t seed, double share) {
+  auto& m = *impl_;
+  AF_TRY_ASSIGN(auto args, checked_batch(m, inputs, targets, "training"));
+  if (!m.gradient_step) m.gradient_step = make_gradient_step(m);
+  args.push_back(tensor::scalar(static_cast<int64_t>(seed)));
+  args.push_back(tensor::scalar(static_cast<float>(share)));
+  args.insert(args.end(), m.values.begin(), m.values.end());
+  AF_TRY_ASSIGN(auto out, (*m.gradient_step)(args));
+  replica_gradients r;
+  AF_TRY_ASSIGN(r.batch, unpack(m, out));
+  const std::size_t first = 1 + 2 * m.outputs.size();
+  for (std::size_t k = 0; k < m.trainable.size(); ++k) r.gradients.push_back(std::move(out[first + k]));
+  for (std::size_t k = 0; k < m.non_trainable.size(); ++k) r.non_trainable.push_back(std::move(out[first + m.trainable.size() + k]));
+  return r;
+}
+
+expected<void> model::apply_gradients(std::vector<tensor> gradients, std::vector<tensor> non_trainable, double learning_rate) {
+  auto& m = *impl_;
+  if (!m.compiled) return make_error(errc::invalid_argument, "model '" + m.name + "': compile it before applying gradients");
+  if (gradients.size() != m.trainable.size() || non_trainable.size() != m.non_trainable.size())
+    return make_error(errc::invalid_argument, "model '" + m.name + "': " + std::to_string(gradients.size()) + " gradients and " +
+                                                  std::to_string(non_trainable.size()) + " non-trainable values for " +
+                                                  std::to_string(m.trainable.size()) + " trainable and " +
+                                                  std::to_string(m.non_trainable.size()) + " non-trainable weights");
+  const auto check = [&](const tensor& t, int index, const char* what) -> expected<void> {
+    const tensor& w = m.values[static_cast<std::size_t>(index)];
+    if (t.type() == w.type() && t.shape() == w.shape()) return {};
+    return make_error(errc::shape_mismatch, std::string{what} + " of '" + m.weights[static_cast<std::size_t>(index)].name + "' must be " +
+                                                type_text(w) + ", got " + type_text(t));
+  };
+  for (std::size_t k = 0; k < gradients.size(); ++k) AF_TRY(check(gradients[k], m.trainable[k], "the gradient"));
+  for (std::size_t k = 0; k < non_trainable.size(); ++k) AF_TRY(check(non_trainable[k], m.non_trainable[k], "the new value"));
+  if (!m.apply_step) m.apply_step = make_apply_step(m);
+  std::vector<tensor> args;
+  for (int i : m.trainable) args.push_back(m.values[static_cast<std::size_t>(i)]);
+  for (auto& g : gradients) args.push_back(std::move(g));
+  args.insert(args.end(), m.slots.begin(), m.slots.end());
+  args.push_back(tensor::scalar(static_cast<float>(learning_rate)));
+  args.push_back(tensor::scalar(static_cast<float>(m.updates)));
+  AF_TRY_ASSIGN(auto out, (*m.apply_step)(args));
+  for (std::size_t k = 0; k < m.trainable.size(); ++k) m.values[static_cast<std::size_t>(m.trainable[k])] = std::move(out[k]);
+  for (std::size_t s = 0; s < m.slots.size(); ++s) m.slots[s] = std::move(out[m.trainable.size() + s]);
+  for (std::size_t k = 0; k < m.non_trainable.size(); ++k)
+    m.values[static_cast<std::size_t>(m.non_trainable[k])] = std::move(non_trainable[k]);
+  ++m.updates;
+  return {};
 }
 
 expected<batch_result> model::test_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets) {

@@ -33,8 +33,8 @@
 #include "pipeline/records.hpp"
 #include "serialization/graph_codec.hpp"
 #include "serialization/saved_model.hpp"
-#include "strategies/callbacks.hpp"
-#include "strategies/digits.hpp"
-#include "strategies/trainer.hpp"
+#include "training/callbacks.hpp"
+#include "training/digits.hpp"
+#include "training/trainer.hpp"
 
 using namespace std::chrono_literals;

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "strategies/trainer.hpp"
+#include "training/trainer.hpp"
 
 namespace af::train {
 

@@ -20,7 +20,7 @@
 #include "ops/random.hpp"
 #include "ops/train/layers.hpp"
 #include "serialization/saved_model.hpp"
-#include "strategies/callbacks.hpp"
+#include "training/callbacks.hpp"
 
 using namespace af;
 

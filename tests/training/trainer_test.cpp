@@ -17,8 +17,8 @@
 #include "ops/train/layers.hpp"
 #include "serialization/digits.hpp"
 #include "serialization/tfevents.hpp"
-#include "strategies/callbacks.hpp"
-#include "strategies/digits.hpp"
+#include "training/callbacks.hpp"
+#include "training/digits.hpp"
 
 using namespace af;
 

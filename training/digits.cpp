@@ -1,4 +1,4 @@
-#include "strategies/digits.hpp"
+#include "training/digits.hpp"
 
 #include "ops/train/layers.hpp"
 #include "pipeline/records.hpp"

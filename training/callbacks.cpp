@@ -1,4 +1,4 @@
-#include "strategies/callbacks.hpp"
+#include "training/callbacks.hpp"
 
 #include <algorithm>
 #include <cmath>

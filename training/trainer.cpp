@@ -1,6 +1,6 @@
 // fit, evaluate and predict over dataset pipelines.
 
-#include "strategies/trainer.hpp"
+#include "training/trainer.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -8,7 +8,8 @@
 #include "ops/array_ops.hpp"
 #include "ops/train/metrics.hpp"
 #include "pipeline/feed.hpp"
-#include "strategies/progress.hpp"
+#include "strategies/strategy.hpp"
+#include "training/progress.hpp"
 
 namespace af::train {
 
@@ -153,6 +154,10 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
   ctx.seed = options.seed;
   ctx.position = epoch_start(train, options.seed);
   AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_train_begin(ctx); }));
+  const auto strategy = options.strategy ? options.strategy : distribute::default_strategy();
+  auto started_replicas = strategy->start(rt, model);
+  if (!started_replicas) return with_context(started_replicas.error_value(), "fit: starting " + strategy->describe());
+  distribute::replica_set& replicas = **started_replicas;
 
   const bool quiet = options.verbose == verbosity::silent || options.out == nullptr;
   const bool bar = options.verbose == verbosity::auto_detect && is_terminal(options.out);
@@ -189,7 +194,7 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     auto x = fields_of(batch, inputs, "an input");
     auto y = x ? fields_of(batch, options.targets, "a target") : expected<std::vector<tensor>>{x.error_value()};
     if (!y) return with_context(y.error_value(), "fit: " + place);
-    auto result = model.train_on_batch(*x, *y, mix(options.seed, static_cast<uint64_t>(model.updates_done())));
+    auto result = replicas.train_on_batch(*x, *y, mix(options.seed, static_cast<uint64_t>(model.updates_done())));
     if (!result) return with_context(result.error_value(), "fit: " + place);
     const int64_t rows = (*x)[0].dim(0);
     if (auto ok = figures->add(*result, *y, rows); !ok) return with_context(ok.error_value(), "fit: " + place);
@@ -214,6 +219,7 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     at.consumed = static_cast<uint64_t>(ctx.batch_in_epoch);
     at.fingerprint = fingerprint;
     ctx.position = std::move(at);
+    AF_TRY(replicas.sync_into_model());
     AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
     progress->update(ctx.batch_in_epoch, samples, running);
     return {};
@@ -237,6 +243,7 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     ctx.batch_in_epoch = static_cast<int64_t>(skip);
     ctx.position = {base_seed, skip, fingerprint};
     AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_epoch_begin(ctx); }));
+    AF_TRY(replicas.reload_from_model());  // a callback may have changed the model
     AF_TRY_ASSIGN(auto made, epoch_figures::make(model));
     figures.emplace(std::move(made));
     if (!quiet) std::fprintf(options.out, "Epoch %d/%d\n", epoch + 1, options.epochs);
@@ -279,6 +286,7 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
                                                     ": the training dataset gave no batches");
     if (batches_per_epoch == 0 && skip == 0) batches_per_epoch = ctx.batch_in_epoch;
     logs epoch_logs = figures->values();
+    AF_TRY(replicas.sync_into_model());
     if (options.validation_data) {
       auto val = evaluate(rt, model, *options.validation_data, {.targets = options.targets});
       if (!val) return with_context(val.error_value(), "fit: validation after epoch " + std::to_string(epoch + 1));

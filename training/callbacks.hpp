@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "strategies/trainer.hpp"
+#include "training/trainer.hpp"
 
 namespace af::train {
 

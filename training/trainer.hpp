@@ -35,6 +35,9 @@
 namespace af {
 class runtime;
 }
+namespace af::distribute {
+class strategy;
+}
 
 namespace af::train {
 
@@ -102,6 +105,11 @@ struct fit_options {
   /// is reproducible and a restored one continues exactly.
   uint64_t seed = 0;
   std::FILE* out = stdout;
+  /// How the steps are spread over replicas (strategies/strategy.hpp); null: one replica, the
+  /// model itself. Batches are global batches; callbacks see the model, which is replica 0 (its
+  /// moving statistics become the replicas' mean before validation, at a paused batch's callbacks
+  /// and at the end of each epoch and of fit).
+  std::shared_ptr<const distribute::strategy> strategy;
 };
 
 struct history {

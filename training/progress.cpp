@@ -1,4 +1,4 @@
-#include "strategies/progress.hpp"
+#include "training/progress.hpp"
 
 #include <unistd.h>
 

@@ -1,0 +1,395 @@
+// The replica group of actors/replica.hpp: replica actors on threads of their own (a step blocks in
+// the ring's collectives and runs kernels, which would stall a scheduler worker), the bucket plan
+// shared by every replica, and the step each replica runs: gradients, bucketed all-reduce, update.
+
+#include "actors/replica.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/result.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "actors/caf_error.hpp"
+#include "actors/collectives.hpp"
+#include "actors/message_types.hpp"
+#include "actors/runtime.hpp"
+#include "ops/array_ops.hpp"
+#include "ops/parallel.hpp"
+#include "ops/reduce.hpp"
+#include "ops/train/model.hpp"
+
+namespace af::replicas {
+
+namespace {
+
+using replica_step_atom = caf::atom_constant<caf::atom("af_rstep")>;
+using replica_load_atom = caf::atom_constant<caf::atom("af_rload")>;
+using replica_read_atom = caf::atom_constant<caf::atom("af_rread")>;
+
+// (step, inputs, targets, seed, share, learning rate) -> (loss, per-output losses as f64, predictions)
+using replica_actor = caf::typed_actor<
+    caf::replies_to<replica_step_atom, uint64_t, std::vector<tensor>, std::vector<tensor>, uint64_t, double, double>::with<
+        double, tensor, std::vector<tensor>>,
+    caf::replies_to<replica_load_atom, std::vector<named_tensor>>::with<uint64_t>,
+    caf::replies_to<replica_read_atom>::with<std::vector<tensor>>>;
+
+/// Which trainable weights' gradients travel together: same dtype, at most bucket_bytes (a larger
+/// weight alone), in reverse weight order (the order a backward pass produces them).
+struct bucket {
+  dtype type = dtype::f32;
+  std::vector<std::size_t> members;  // indices into the trainable gradients
+  int64_t numel = 0;
+};
+
+/// What every replica of a group shares: the ring, the buckets, its share of the cores.
+struct group_context {
+  std::string name;
+  std::shared_ptr<collectives::ring_group> ring;
+  std::vector<bucket> buckets;
+  std::vector<shape> gradient_shapes;
+  std::vector<dtype> gradient_types;
+  int threads = 1;
+};
+
+std::vector<bucket> plan_buckets(const std::vector<shape>& shapes, const std::vector<dtype>& types, std::size_t bucket_bytes) {
+  std::vector<bucket> out;
+  for (std::size_t k = shapes.size(); k-- > 0;) {
+    const int64_t n = numel(shapes[k]);
+    const auto bytes = [&](int64_t elements) { return static_cast<std::size_t>(elements) * size_of(types[k]); };
+    if (out.empty() || out.back().type != types[k] || (out.back().numel > 0 && bytes(out.back().numel + n) > bucket_bytes))
+      out.push_back({types[k], {}, 0});
+    out.back().members.push_back(k);
+    out.back().numel += n;
+  }
+  if (out.empty()) out.push_back({dtype::f32, {}, 0});  // carries the failure flag alone
+  return out;
+}
+
+// Bucket 0 ends with one more element: the sum over replicas of 2^rank for each replica whose part
+// of the step failed (exact in f32 for ranks below 24; beyond, only "some replica").
+double failure_bit(int rank) { return rank < 24 ? static_cast<double>(int64_t{1} << rank) : 1.0; }
+
+std::string failed_ranks(double flags, int replicas) {
+  const auto bits = static_cast<int64_t>(flags);
+  std::string out;
+  for (int r = 0; r < std::min(replicas, 24); ++r)
+    if (bits & (int64_t{1} << r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out.empty() ? "a replica" : "replica " + out;
+}
+
+expected<tensor> pack(const group_context& g, std::size_t b, const std::vector<tensor>* gradients, double flag) {
+  const bucket& bk = g.buckets[b];
+  const int64_t extra = b == 0 ? 1 : 0;
+  AF_TRY_ASSIGN(auto flat, gradients ? tensor::empty({bk.numel + extra}, bk.type) : tensor::zeros({bk.numel + extra}, bk.type));
+  auto* out = static_cast<char*>(flat.raw_data());
+  const std::size_t item = size_of(bk.type);
+  if (gradients) {
+    for (std::size_t k : bk.members) {
+      AF_TRY_ASSIGN(auto dense, (*gradients)[k].contiguous());
+      std::memcpy(out, dense.raw_data(), dense.nbytes());
+      out += dense.nbytes();
+    }
+  }
+  if (extra) {
+    char* last = static_cast<char*>(flat.raw_data()) + static_cast<std::size_t>(bk.numel) * item;
+    if (bk.type == dtype::f64) std::memcpy(last, &flag, sizeof flag);
+    else {
+      const auto f = static_cast<float>(flag);
+      std::memcpy(last, &f, sizeof f);
+    }
+  }
+  return flat;
+}
+
+/// The gradients a replica computed, if they are what the buckets expect.
+error check_gradients(const group_context& g, const std::vector<tensor>& grads) {
+  if (grads.size() != g.gradient_shapes.size())
+    return {errc::internal, std::to_string(grads.size()) + " gradients for " + std::to_string(g.gradient_shapes.size()) + " trainable weights"};
+  for (std::size_t k = 0; k < grads.size(); ++k)
+    if (grads[k].shape() != g.gradient_shapes[k] || grads[k].type() != g.gradient_types[k])
+      return {errc::internal, "gradient " + std::to_string(k) + " is " + std::string{to_string(grads[k].type())} +
+                                  to_string(grads[k].shape()) + ", its weight " + std::string{to_string(g.gradient_types[k])} +
+                                  to_string(g.gradient_shapes[k])};
+  return {};
+}
+
+/// One replica's step: its gradients, every bucket summed over the ring, then the update. Every
+/// replica makes the same collective calls whatever happened to its slice, so none waits in vain.
+expected<nn::batch_result> step_replica(const group_context& g, nn::model& model, int rank, int replicas, uint64_t step,
+                                        const batch_slice& slice, uint64_t seed, double share, double learning_rate) {
+  const std::string where = g.name + ": replica " + std::to_string(rank) + " of " + std::to_string(replicas) + ", step " +
+                            std::to_string(step + 1);
+  scoped_thread_share cores{g.threads};
+  // A global batch smaller than the group leaves the last replicas without rows: they add zeros.
+  const bool idle = slice.inputs.empty() || slice.inputs[0].ndim() == 0 || slice.inputs[0].dim(0) == 0;
+  expected<nn::replica_gradients> computed = nn::replica_gradients{};
+  if (idle) {
+    for (int i : model.non_trainable_indices()) computed->non_trainable.push_back(model.weight_values()[static_cast<std::size_t>(i)]);
+  } else {
+    computed = model.compute_gradients(slice.inputs, slice.targets, seed, share);
+    if (computed)
+      if (auto bad = check_gradients(g, computed->gradients)) computed = bad;
+  }
+  const double flag = computed ? 0.0 : failure_bit(rank);
+  const std::vector<tensor>* gradients = computed && !idle ? &computed->gradients : nullptr;
+  std::vector<tensor> summed(g.gradient_shapes.size());
+  double flags = 0;
+  for (std::size_t b = 0; b < g.buckets.size(); ++b) {
+    AF_TRY_ASSIGN(auto flat, pack(g, b, gradients, flag));
+    auto reduced = g.ring->all_reduce(rank, {step, static_cast<uint32_t>(b)}, std::move(flat));
+    if (!reduced) return with_context(reduced.error_value(), where);
+    int64_t offset = 0;
+    for (std::size_t k : g.buckets[b].members) {
+      const int64_t n = numel(g.gradient_shapes[k]);
+      AF_TRY_ASSIGN(auto part, reduced->slice(0, offset, offset + n));
+      AF_TRY_ASSIGN(summed[k], part.reshape(g.gradient_shapes[k]));
+      offset += n;
+    }
+    if (b == 0) flags = reduced->at({g.buckets[0].numel});
+  }
+  if (!computed) return with_context(computed.error_value(), where);
+  if (flags != 0)
+    return make_error(errc::failed_precondition, where + ": " + failed_ranks(flags, replicas) +
+                                                     " failed on its slice, so no replica applied this update");
+  if (auto applied = model.apply_gradients(std::move(summed), std::move(computed->non_trainable), learning_rate); !applied)
+    return with_context(applied.error_value(), where);
+  return std::move(computed->batch);
+}
+
+struct replica_state {
+  int rank = 0;
+  int replicas = 1;
+  std::unique_ptr<nn::model> model;
+  std::shared_ptr<const group_context> group;
+};
+
+replica_actor::behavior_type replica_behaviour(replica_actor::stateful_pointer<replica_state> self, int rank, int replicas,
+                                               std::shared_ptr<nn::model> model, std::shared_ptr<const group_context> group) {
+  auto& s = self->state;
+  s.rank = rank;
+  s.replicas = replicas;
+  s.model = std::make_unique<nn::model>(std::move(*model));
+  s.group = std::move(group);
+  return {
+      [self](replica_step_atom, uint64_t step, std::vector<tensor>& inputs, std::vector<tensor>& targets, uint64_t seed, double share,
+             double learning_rate) -> caf::result<double, tensor, std::vector<tensor>> {
+        auto& st = self->state;
+        batch_slice slice{std::move(inputs), std::move(targets)};
+        auto r = step_replica(*st.group, *st.model, st.rank, st.replicas, step, slice, seed, share, learning_rate);
+        if (!r) return to_caf_error(r.error_value());
+        return caf::result<double, tensor, std::vector<tensor>>{r->loss, tensor::from_vector(r->output_loss), std::move(r->predictions)};
+      },
+      [self](replica_load_atom, const std::vector<named_tensor>& saved) -> caf::result<uint64_t> {
+        if (auto loaded = self->state.model->load_state(saved); !loaded) return to_caf_error(loaded.error_value());
+        return static_cast<uint64_t>(self->state.model->updates_done());
+      },
+      [self](replica_read_atom) -> std::vector<tensor> {
+        const auto& m = *self->state.model;
+        std::vector<tensor> out;
+        for (int i : m.non_trainable_indices()) out.push_back(m.weight_values()[static_cast<std::size_t>(i)]);
+        return out;
+      },
+  };
+}
+
+uint64_t mix_seed(uint64_t seed, uint64_t rank) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (rank + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+struct replica_group::impl {
+  caf::actor_system* sys = nullptr;
+  nn::model* model = nullptr;
+  std::shared_ptr<const group_context> group;
+  std::vector<replica_actor> others;  // replicas 1..
+  uint64_t steps = 0;
+  std::optional<error> broken;  // a collective failed: the ring fails every later call alike
+
+  int size() const { return static_cast<int>(others.size()) + 1; }
+
+  ~impl() {
+    if (!sys) return;
+    caf::scoped_actor self{*sys};
+    for (const auto& r : others) self->monitor(r);
+    for (const auto& r : others) self->send_exit(r, caf::exit_reason::user_shutdown);
+    for (std::size_t i = 0; i < others.size(); ++i) self->receive([](const caf::down_msg&) {});
+  }
+};
+
+expected<replica_group> replica_group::start(runtime& rt, nn::model& model, group_options options) {
+  if (options.replicas < 1) return make_error(errc::invalid_argument, options.name + ": at least one replica is needed");
+  if (!model.compiled()) return make_error(errc::invalid_argument, options.name + ": compile the model before replicating it");
+  if (options.bucket_bytes == 0) return make_error(errc::invalid_argument, options.name + ": the bucket size must be positive");
+  auto group = std::make_shared<group_context>();
+  group->name = options.name;
+  for (int i : model.trainable_indices()) {
+    const tensor& w = model.weight_values()[static_cast<std::size_t>(i)];
+    if (w.type() != dtype::f32 && w.type() != dtype::f64)
+      return make_error(errc::unsupported, options.name + ": weight '" + model.weights()[static_cast<std::size_t>(i)].name + "' is " +
+                                               std::string{to_string(w.type())} + "; replicas sum f32 and f64 gradients");
+    group->gradient_shapes.push_back(w.shape());
+    group->gradient_types.push_back(w.type());
+  }
+  group->buckets = plan_buckets(group->gradient_shapes, group->gradient_types, options.bucket_bytes);
+  group->threads = options.threads_per_replica > 0 ? options.threads_per_replica : std::max(1, thread_budget() / options.replicas);
+  // Replica 0 blocks the scheduler worker it steps on (fit's replica actor) while the ring works:
+  // the ring needs a worker of its own, or threads of its own where the scheduler has no spare one.
+  const int workers = rt.options().scheduler_threads > 0 ? rt.options().scheduler_threads
+                                                          : static_cast<int>(std::thread::hardware_concurrency());
+  const bool own_threads = rt.options().deterministic || workers < 2;
+  AF_TRY_ASSIGN(auto ring, collectives::ring_group::start(rt, {.ranks = options.replicas, .timeout = options.timeout,
+                                                               .name = options.name, .own_threads = own_threads}));
+  group->ring = std::make_shared<collectives::ring_group>(std::move(ring));
+
+  auto state = std::make_unique<impl>();
+  state->sys = &rt.system();
+  state->model = &model;
+  state->group = group;
+  for (int r = 1; r < options.replicas; ++r) {
+    AF_TRY_ASSIGN(auto copy, model.clone());
+    auto held = std::make_shared<nn::model>(std::move(copy));
+    state->others.push_back(rt.system().spawn<caf::detached>(replica_behaviour, r, options.replicas, held,
+                                                             std::shared_ptr<const group_context>{group}));
+  }
+  return replica_group{std::move(state)};
+}
+
+replica_group::replica_group(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+replica_group::replica_group(replica_group&&) noexcept = default;
+replica_group& replica_group::operator=(replica_group&&) noexcept = default;
+replica_group::~replica_group() = default;
+
+int replica_group::size() const noexcept { return impl_->size(); }
+
+expected<nn::batch_result> replica_group::train_step(std::vector<batch_slice> slices, uint64_t seed) {
+  auto& g = *impl_;
+  const int n = g.size();
+  if (g.broken) return *g.broken;
+  if (static_cast<int>(slices.size()) != n)
+    return make_error(errc::invalid_argument, g.group->name + ": " + std::to_string(slices.size()) + " slices for " + std::to_string(n) + " replicas");
+  std::vector<int64_t> rows;
+  int64_t total = 0;
+  for (const auto& slice : slices) {
+    const auto& in = slice.inputs;
+    rows.push_back(in.empty() || in[0].ndim() == 0 ? 0 : in[0].dim(0));
+    total += rows.back();
+  }
+  if (total == 0) return make_error(errc::invalid_argument, g.group->name + ": an empty global batch");
+  const uint64_t step = g.steps++;
+  const double learning_rate = g.model->learning_rate();
+  const auto share = [&](std::size_t r) { return static_cast<double>(rows[r]) / static_cast<double>(total); };
+
+  caf::scoped_actor self{*g.sys};
+  using step_handle = decltype(self->request(std::declval<const replica_actor&>(), caf::infinite, replica_step_atom::value,
+                                             uint64_t{}, std::vector<tensor>{}, std::vector<tensor>{}, uint64_t{}, double{}, double{}));
+  std::vector<step_handle> pending;
+  for (int r = 1; r < n; ++r) {
+    auto& slice = slices[static_cast<std::size_t>(r)];
+    pending.push_back(self->request(g.others[static_cast<std::size_t>(r - 1)], caf::infinite, replica_step_atom::value, step,
+                                    std::move(slice.inputs), std::move(slice.targets), mix_seed(seed, static_cast<uint64_t>(r)),
+                                    share(static_cast<std::size_t>(r)), learning_rate));
+  }
+  std::vector<expected<nn::batch_result>> results;
+  results.reserve(slices.size());
+  results.push_back(step_replica(*g.group, *g.model, 0, n, step, slices[0], seed, share(0), learning_rate));
+  for (int r = 1; r < n; ++r) {
+    expected<nn::batch_result> got = make_error(errc::cancelled, g.group->name + ": replica " + std::to_string(r) + " did not answer");
+    pending[static_cast<std::size_t>(r - 1)].receive(
+        [&](double loss, tensor& output_losses, std::vector<tensor>& predictions) {
+          nn::batch_result b;
+          b.loss = loss;
+          b.output_loss = output_losses.to_vector<double>();
+          b.predictions = std::move(predictions);
+          got = std::move(b);
+        },
+        [&](caf::error& err) { got = from_caf_error(err); });
+    results.push_back(std::move(got));
+  }
+  // A replica's own failure explains the step best; the others only report that it failed.
+  for (auto& r : results)
+    if (!r && r.error_value().code != errc::failed_precondition) {
+      if (r.error_value().code == errc::timeout || r.error_value().code == errc::cancelled) g.broken = r.error_value();
+      return r.error_value();
+    }
+  for (auto& r : results)
+    if (!r) return r.error_value();
+
+  nn::batch_result out;
+  std::size_t outputs = 0;
+  for (std::size_t r = 0; r < results.size(); ++r) outputs = std::max(outputs, results[r]->predictions.size());
+  out.output_loss.assign(outputs, 0.0);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    if (rows[r] == 0) continue;
+    const double w = share(r);
+    out.loss += w * results[r]->loss;
+    for (std::size_t i = 0; i < out.output_loss.size(); ++i) out.output_loss[i] += w * results[r]->output_loss[i];
+  }
+  for (std::size_t i = 0; i < outputs; ++i) {
+    std::vector<tensor> parts;
+    for (std::size_t r = 0; r < results.size(); ++r)
+      if (rows[r] > 0) parts.push_back(results[r]->predictions[i]);
+    AF_TRY_ASSIGN(auto joined, concat(parts, 0));
+    out.predictions.push_back(std::move(joined));
+  }
+  return out;
+}
+
+expected<void> replica_group::reload_from_model() {
+  auto& g = *impl_;
+  const auto saved = g.model->state();
+  caf::scoped_actor self{*g.sys};
+  using load_handle = decltype(self->request(std::declval<const replica_actor&>(), caf::infinite, replica_load_atom::value, saved));
+  std::vector<load_handle> pending;
+  for (const auto& r : g.others) pending.push_back(self->request(r, caf::infinite, replica_load_atom::value, saved));
+  error first;
+  for (auto& answer : pending)
+    answer.receive([](uint64_t) {}, [&](caf::error& err) {
+      if (!first) first = from_caf_error(err);
+    });
+  if (first) return with_context(first, g.group->name + ": reloading the replicas");
+  return {};
+}
+
+expected<void> replica_group::aggregate_into_model() {
+  auto& g = *impl_;
+  const auto& frozen = g.model->non_trainable_indices();
+  if (frozen.empty() || g.others.empty()) return {};
+  std::vector<std::vector<tensor>> each{{}};
+  for (int i : frozen) each[0].push_back(g.model->weight_values()[static_cast<std::size_t>(i)]);
+  caf::scoped_actor self{*g.sys};
+  using read_handle = decltype(self->request(std::declval<const replica_actor&>(), caf::infinite, replica_read_atom::value));
+  std::vector<read_handle> pending;
+  for (const auto& r : g.others) pending.push_back(self->request(r, caf::infinite, replica_read_atom::value));
+  error first;
+  for (auto& answer : pending)
+    answer.receive([&](std::vector<tensor>& values) { each.push_back(std::move(values)); }, [&](caf::error& err) {
+      if (!first) first = from_caf_error(err);
+    });
+  if (first) return with_context(first, g.group->name + ": reading the replicas' moving statistics");
+  std::vector<tensor> values = g.model->weight_values();
+  for (std::size_t k = 0; k < frozen.size(); ++k) {
+    bool same = true;
+    for (std::size_t r = 1; r < each.size() && same; ++r)
+      same = each[r][k].to_vector<double>() == each[0][k].to_vector<double>();
+    if (same) continue;  // a frozen weight: no rounding from averaging equal values
+    std::vector<tensor> parts;
+    for (auto& r : each) parts.push_back(r[k]);
+    AF_TRY_ASSIGN(auto stacked, stack(parts, 0));
+    AF_TRY_ASSIGN(auto mean, reduce_mean(stacked, {0}));
+    values[static_cast<std::size_t>(frozen[k])] = std::move(mean);
+  }
+  return g.model->set_weight_values(std::move(values));
+}
+
+}  // namespace af::replicas

@@ -1,0 +1,92 @@
+#pragma once
+
+// Replicas as actors: the synchronous data parallelism of tf.distribute's MirroredStrategy and
+// PyTorch's DDP. Each replica holds the model's weights and optimizer slots, computes the gradients
+// of its slice of the global batch, sums them with the other replicas' through a collective ring
+// (actors/collectives.hpp), and applies the same update, so the replicas stay identical and end
+// where one replica given the global batch would (up to float rounding).
+//
+//   auto group = af::replicas::replica_group::start(rt, model, {.replicas = 2}).value();
+//   auto r = group.train_step({{x0, y0}, {x1, y1}}, seed);   // the global batch's loss and predictions
+//
+// Replica 0 steps `model` itself on the thread that calls train_step (fit's replica actor, which
+// the pipeline feeds); replicas 1.. are actors on threads of their own, each with a clone of the
+// model. Gradients travel in buckets (a flat tensor of several weights' gradients, in reverse
+// weight order, as DDP's and Horovod's fusion buffers), one all-reduce each. A replica whose slice
+// fails (a bad batch, a non-finite loss) still takes part with zeros and a flag, so no replica
+// waits for it: every replica then skips the update, and the step fails naming the replica and
+// its error. Moving statistics (non-trainable weights) stay per replica, as tf.distribute's
+// on-read variables, and are averaged into the model when it is read (aggregate_into_model).
+// CAF stays behind this header.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/error.hpp"
+#include "ops/tensor.hpp"
+
+namespace af {
+class runtime;
+}
+namespace af::nn {
+class model;
+struct batch_result;
+}  // namespace af::nn
+
+namespace af::replicas {
+
+struct group_options {
+  /// Replicas stepping in sync, at least 1.
+  int replicas = 2;
+  /// Kernel threads each replica's step may use; 0: the thread budget split evenly (at least 1).
+  int threads_per_replica = 0;
+  /// The most gradient bytes one all-reduce carries (25 MB, DDP's default bucket).
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// How long a replica waits for the others in a collective before the step fails naming them.
+  std::chrono::milliseconds timeout{60000};
+  /// Names the group in errors.
+  std::string name = "mirrored";
+};
+
+/// One replica's part of the global batch: the model's inputs and the losses' targets.
+struct batch_slice {
+  std::vector<tensor> inputs;
+  std::vector<tensor> targets;
+};
+
+class replica_group {
+ public:
+  /// Clones `model` (compiled) into replicas 1.. and starts their actors and the ring. `model` must
+  /// outlive the group, and only train_step may change it while the group lives.
+  static expected<replica_group> start(runtime& rt, nn::model& model, group_options options = {});
+  replica_group(replica_group&&) noexcept;
+  replica_group& operator=(replica_group&&) noexcept;
+  /// Stops the replicas' actors and the ring.
+  ~replica_group();
+
+  /// One synchronous update over a global batch given as one slice per replica (rows may differ,
+  /// the gradients are weighted by them; a slice without rows adds nothing). The result is the global batch's: the
+  /// loss weighted by rows, predictions joined in slice order. `seed` draws replica 0's dropout
+  /// masks; the others draw from seeds mixed with their rank.
+  expected<nn::batch_result> train_step(std::vector<batch_slice> slices, uint64_t seed);
+
+  /// Copies the model's weights, optimizer slots and update count into the other replicas: after
+  /// something other than train_step changed the model (a restored checkpoint, a callback).
+  expected<void> reload_from_model();
+  /// The model's non-trainable weights become their mean over the replicas (each keeps its own
+  /// moving statistics while training).
+  expected<void> aggregate_into_model();
+
+  int size() const noexcept;
+
+ private:
+  struct impl;
+  explicit replica_group(std::unique_ptr<impl> state);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace af::replicas

@@ -1,0 +1,239 @@
+// mirrored_strategy: replicas in one process end where one replica given the same global batches
+// does, for the digits MLP and CNN (without their dropout, whose masks each replica draws for its
+// own rows); uneven and tiny global batches; a bad slice fails the step naming its replica and
+// changes no replica; fit with a strategy equals fit without.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "actors/runtime.hpp"
+#include "ops/parallel.hpp"
+#include "ops/random.hpp"
+#include "ops/train/layers.hpp"
+#include "strategies/strategy.hpp"
+#include "training/trainer.hpp"
+
+using namespace af;
+
+namespace {
+
+// The digits MLP and CNN of training/digits.hpp less their dropout layers.
+nn::model digits_like_mlp(optimizers::optimizer opt) {
+  auto m = nn::model::sequential(nn::input({8, 8, 1}, dtype::f32, "image"),
+                                 {nn::flatten(), nn::dense(128, {.activation = "relu"}), nn::dense(10)}, {.seed = 3});
+  REQUIRE(m);
+  REQUIRE(m->compile({.optimizer = std::move(opt), .loss = {nn::sparse_categorical_crossentropy()}, .metrics = {"accuracy"}}));
+  return std::move(*m);
+}
+
+nn::model digits_like_cnn(optimizers::optimizer opt) {
+  const nn::conv_options same_relu{.padding = padding_mode::same, .activation = "relu"};
+  auto m = nn::model::sequential(nn::input({8, 8, 1}, dtype::f32, "image"),
+                                 {nn::conv2d(32, {3, 3}, same_relu), nn::max_pool2d(), nn::conv2d(64, {3, 3}, same_relu),
+                                  nn::max_pool2d(), nn::flatten(), nn::dense(128, {.activation = "relu"}), nn::dense(10)},
+                                 {.seed = 5});
+  REQUIRE(m);
+  REQUIRE(m->compile({.optimizer = std::move(opt), .loss = {nn::sparse_categorical_crossentropy()}, .metrics = {"accuracy"}}));
+  return std::move(*m);
+}
+
+struct batch {
+  tensor images, labels;
+};
+
+batch make_batch(int64_t rows, uint64_t seed) {
+  auto images = random_uniform({rows, 8, 8, 1}, seed).value();
+  std::vector<int64_t> labels(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7 + seed) % 10);
+  return {images, tensor::from_vector(labels)};
+}
+
+/// The largest relative difference (Frobenius) between two models' weights.
+double weight_distance(const nn::model& a, const nn::model& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.weight_values().size(); ++i) {
+    const auto x = a.weight_values()[i].to_vector<double>();
+    const auto y = b.weight_values()[i].to_vector<double>();
+    double diff = 0, norm = 0;
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      diff += (x[k] - y[k]) * (x[k] - y[k]);
+      norm += y[k] * y[k];
+    }
+    worst = std::max(worst, std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30));
+  }
+  return worst;
+}
+
+bool same_weights(const nn::model& a, const nn::model& b) {
+  for (std::size_t i = 0; i < a.weight_values().size(); ++i)
+    if (a.weight_values()[i].to_vector<float>() != b.weight_values()[i].to_vector<float>()) return false;
+  return true;
+}
+
+/// `steps` updates of `model` through `replicas` replicas (1: train_on_batch itself) on the same
+/// global batches; the losses it reported.
+std::vector<double> train_steps(runtime& rt, nn::model& model, int replicas, const std::vector<int64_t>& rows_per_step) {
+  std::vector<double> losses;
+  std::unique_ptr<distribute::replica_set> set;
+  if (replicas > 1) {
+    std::vector<std::string> devices;
+    for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
+    auto s = distribute::mirrored_strategy(devices);
+    REQUIRE(s);
+    auto started = (*s)->start(rt, model);
+    REQUIRE(started);
+    set = std::move(*started);
+  }
+  for (std::size_t step = 0; step < rows_per_step.size(); ++step) {
+    const auto b = make_batch(rows_per_step[step], 100 + step);
+    auto r = set ? set->train_on_batch({b.images}, {b.labels}, 0) : model.train_on_batch({b.images}, {b.labels}, 0);
+    REQUIRE(r);
+    losses.push_back(r->loss);
+    CHECK(r->predictions[0].dim(0) == rows_per_step[step]);
+  }
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("2 and 4 replicas end with the weights of one replica given the same global batches", "[cpu][strategies]") {
+  runtime rt;
+  const std::vector<int64_t> twenty_steps(20, 64);
+  const bool cnn = GENERATE(false, true);
+  const int replicas = GENERATE(2, 4);
+  INFO((cnn ? "CNN" : "MLP") << " on " << replicas << " replicas");
+  auto make = [&] {
+    return cnn ? digits_like_cnn(optimizers::optimizer::adam({.learning_rate = 0.001}))
+               : digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}));
+  };
+  auto one = make();
+  auto many = make();
+  const auto losses_one = train_steps(rt, one, 1, twenty_steps);
+  const auto losses_many = train_steps(rt, many, replicas, twenty_steps);
+  CHECK(weight_distance(many, one) <= 1e-5);
+  CHECK(weight_distance(one, make()) > 1e-3);  // the steps did move the weights
+  for (std::size_t s = 0; s < losses_one.size(); ++s) CHECK(losses_many[s] == Approx(losses_one[s]).epsilon(1e-5));
+  CHECK(many.updates_done() == 20);
+}
+
+TEST_CASE("a global batch that does not divide evenly, or is smaller than the group, still equals one replica", "[cpu][strategies]") {
+  runtime rt;
+  auto one = digits_like_mlp(optimizers::optimizer::adam({.learning_rate = 0.01}));
+  auto four = digits_like_mlp(optimizers::optimizer::adam({.learning_rate = 0.01}));
+  const std::vector<int64_t> rows{7, 3, 64, 1, 33};  // 2+2+2+1; 1+1+1+0; 16 each; 1+0+0+0; 9+8+8+8
+  train_steps(rt, one, 1, rows);
+  train_steps(rt, four, 4, rows);
+  CHECK(weight_distance(four, one) <= 1e-5);
+  CHECK(distribute::split_rows(7, 4) == std::vector<int64_t>{2, 2, 2, 1});
+  CHECK(distribute::split_rows(3, 4) == std::vector<int64_t>{1, 1, 1, 0});
+}
+
+TEST_CASE("a bad slice fails the step naming its replica, and no replica applies the update", "[cpu][strategies]") {
+  runtime rt;
+  auto model = digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.1}));
+  auto reference = digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.1}));
+  auto s = distribute::mirrored_strategy({"cpu:0", "cpu:1"}).value();
+  auto set = s->start(rt, model).value();
+
+  auto good = make_batch(16, 1);
+  REQUIRE(set->train_on_batch({good.images}, {good.labels}, 0));
+  REQUIRE(reference.train_on_batch({good.images}, {good.labels}, 0));
+
+  auto bad = make_batch(16, 2);
+  auto ids = bad.labels.to_vector<int64_t>();
+  ids[12] = 10;  // row 4 of replica 1's slice of 8 rows
+  bad.labels = tensor::from_vector(ids);
+  auto failed = set->train_on_batch({bad.images}, {bad.labels}, 0);
+  REQUIRE_FALSE(failed);
+  CHECK(failed.error_value().code == errc::out_of_range);
+  CHECK_THAT(failed.error_value().message, Catch::Contains("replica 1 of 2"));
+  CHECK_THAT(failed.error_value().message, Catch::Contains("class id 10"));
+  CHECK(model.updates_done() == 1);
+
+  // The group goes on in step: the next good batch lands where one replica's does.
+  auto next = make_batch(16, 3);
+  REQUIRE(set->train_on_batch({next.images}, {next.labels}, 0));
+  REQUIRE(reference.train_on_batch({next.images}, {next.labels}, 0));
+  CHECK(weight_distance(model, reference) <= 1e-5);
+}
+
+TEST_CASE("fit with a mirrored strategy ends where fit without one does", "[cpu][strategies]") {
+  runtime rt;
+  auto x = random_uniform({200, 8, 8, 1}, 11).value();
+  std::vector<int64_t> labels(200);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 10);
+  const auto data = data::dataset::from_tensor_slices({{"image", x}, {"label", tensor::from_vector(labels)}}).batch(32);
+
+  auto alone = digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}));
+  auto mirrored = digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}));
+  auto h1 = train::fit(rt, alone, data, {.epochs = 3, .verbose = train::verbosity::silent});
+  REQUIRE(h1);
+  auto strategy = distribute::mirrored_strategy({"cpu:0", "cpu:1"}).value();
+  CHECK(strategy->replicas_in_sync() == 2);
+  CHECK(strategy->describe() == "mirrored(cpu:0, cpu:1)");
+  auto h2 = train::fit(rt, mirrored, data, {.epochs = 3, .verbose = train::verbosity::silent, .strategy = strategy});
+  REQUIRE(h2);
+  CHECK(weight_distance(mirrored, alone) <= 1e-5);
+  CHECK(h2->of("loss").back() == Approx(h1->of("loss").back()).epsilon(1e-5));
+  CHECK(h2->of("accuracy") == h1->of("accuracy"));
+  CHECK(mirrored.updates_done() == alone.updates_done());
+}
+
+TEST_CASE("fit with a mirrored strategy stops on a bad batch naming the epoch, the batch and the replica", "[cpu][strategies]") {
+  runtime rt;
+  auto x = random_uniform({64, 8, 8, 1}, 12).value();
+  std::vector<int64_t> labels(64, 1);
+  labels[50] = -1;  // batch 2, row 18: replica 1's row 2
+  const auto data = data::dataset::from_tensor_slices({{"image", x}, {"label", tensor::from_vector(labels)}}).batch(32);
+  auto model = digits_like_mlp(optimizers::optimizer::sgd());
+  auto before = model.clone().value();
+  auto r = train::fit(rt, model, data, {.verbose = train::verbosity::silent, .strategy = distribute::mirrored_strategy({"cpu:0", "cpu:1"}).value()});
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error_value().message, Catch::Contains("epoch 1/1, batch 2"));
+  CHECK_THAT(r.error_value().message, Catch::Contains("replica 1 of 2"));
+  CHECK(model.updates_done() == 1);
+  CHECK_FALSE(same_weights(model, before));
+}
+
+TEST_CASE("mirrored_strategy names the device it cannot use", "[cpu][strategies]") {
+  auto none = distribute::mirrored_strategy({});
+  REQUIRE_FALSE(none);
+  CHECK_THAT(none.error_value().message, Catch::Contains("no devices"));
+  auto twice = distribute::mirrored_strategy({"cpu:0", "cpu:0"});
+  REQUIRE_FALSE(twice);
+  CHECK_THAT(twice.error_value().message, Catch::Contains("'cpu:0' is named twice"));
+  auto gpu = distribute::mirrored_strategy({"gpu:0"});
+  REQUIRE_FALSE(gpu);
+  CHECK(gpu.error_value().code == errc::unsupported);
+  auto odd = distribute::mirrored_strategy({"cpu:x"});
+  REQUIRE_FALSE(odd);
+  CHECK_THAT(odd.error_value().message, Catch::Contains("'cpu:x'"));
+  CHECK(distribute::default_strategy()->replicas_in_sync() == 1);
+}
+
+TEST_CASE("a thread share caps the kernel threads of the thread that holds it", "[cpu][strategies]") {
+  const int before = thread_budget();
+  {
+    scoped_thread_share one{1};
+    CHECK(thread_budget() == 1);
+    {
+      scoped_thread_share more{before + 8};
+      CHECK(thread_budget() == before);  // never above the budget
+    }
+    CHECK(thread_budget() == 1);
+  }
+  CHECK(thread_budget() == before);
+}
+
+TEST_CASE("replicas are stepped on a runtime with a single scheduler worker", "[cpu][strategies]") {
+  runtime rt{{.scheduler_threads = 1}};
+  auto one = digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.1}));
+  auto two = digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.1}));
+  const auto data = data::dataset::from_tensor_slices({{"image", random_uniform({40, 8, 8, 1}, 4).value()},
+                                                       {"label", tensor::from_vector(std::vector<int64_t>(40, 3))}})
+                        .batch(20);
+  REQUIRE(train::fit(rt, one, data, {.verbose = train::verbosity::silent}));
+  REQUIRE(train::fit(rt, two, data, {.verbose = train::verbosity::silent, .strategy = distribute::mirrored_strategy({"cpu:0", "cpu:1"}).value()}));
+  CHECK(weight_distance(two, one) <= 1e-5);
+}
