@@ -40,9 +40,9 @@ struct ring_options {
   std::chrono::milliseconds timeout{60000};
   /// Names the group in errors.
   std::string name = "all_reduce";
-  /// Each rank actor on a thread of its own rather than on the scheduler: for callers that block a
-  /// scheduler worker while they wait (a replica stepping on the actor a pipeline feeds) on a
-  /// scheduler with too few workers to spare one for the ring.
+  /// Each rank actor on a thread of its own rather than on the scheduler: for groups whose callers
+  /// block a scheduler worker while they wait (a replica stepping on the actor a pipeline feeds),
+  /// and whose calls should wake only the threads taking part (actors/replica.cpp says why).
   bool own_threads = false;
 };
 

@@ -12,6 +12,13 @@
 // inproc{2,4}_busbw_gbps_<bytes>, inproc{2,4}_ms_<bytes>, memcpy_gbps and, for 1 MB and up,
 // inproc{2,4}_busbw_vs_memcpy_min (the worst size; goal >= 0.4). Two processes and Gloo's
 // reference come with the cross-process transport.
+//
+// Scaling: the digits MLP (training/digits.hpp) trained on random batches of 1024 rows per replica,
+// 2 replicas of 1 kernel thread each under mirrored_strategy against 1 replica of 1 thread (the
+// model's own fused step), as samples per second: scaling_2x1_vs_1x1 (goal >= 1.7), with
+// train_1x1_samples_per_s and train_2x1_samples_per_s. The machine's own ceiling, measured in the
+// same run: two independent replicas, each a thread training its own model without exchanging
+// anything (scaling_independent_2x1_vs_1x1; on 2 vCPUs about 1.8).
 
 #include <barrier>
 #include <cstring>
@@ -21,7 +28,11 @@
 #include "actors/collectives.hpp"
 #include "actors/runtime.hpp"
 #include "bench_common.hpp"
+#include "ops/parallel.hpp"
 #include "ops/random.hpp"
+#include "ops/train/model.hpp"
+#include "strategies/strategy.hpp"
+#include "training/digits.hpp"
 
 using namespace af;
 
@@ -68,6 +79,43 @@ double memcpy_gbps(std::size_t bytes, int reps) {
   return static_cast<double>(bytes) / s / 1e9;
 }
 
+// Samples per second of the digits MLP over `replicas` replicas of one kernel thread each, with
+// `rows` rows per replica: the median over `reps` runs of `steps` steps (after warm-up steps).
+double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int steps, int reps) {
+  auto model = train::digits_mlp(1).value();
+  if (!model.compile({.optimizer = optimizers::optimizer::adam(), .loss = {nn::sparse_categorical_crossentropy()}}))
+    std::abort();
+  const int64_t global = rows * replicas;
+  std::vector<std::pair<tensor, tensor>> batches;
+  for (uint64_t b = 0; b < 8; ++b) {
+    std::vector<int64_t> labels(static_cast<std::size_t>(global));
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i + b) % 10);
+    batches.emplace_back(random_uniform({global, 8, 8, 1}, b).value(), tensor::from_vector(labels));
+  }
+  std::unique_ptr<distribute::replica_set> set;
+  if (replicas > 1) {
+    std::vector<std::string> devices;
+    for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
+    set = distribute::mirrored_strategy(devices, {.threads_per_replica = 1}).value()->start(rt, model).value();
+  }
+  scoped_thread_share one_thread{1};  // the single replica's share (mirrored replicas set their own)
+  uint64_t step = 0;
+  auto run = [&](int count) {
+    for (int i = 0; i < count; ++i, ++step) {
+      const auto& [x, y] = batches[step % batches.size()];
+      auto r = set ? set->train_on_batch({x}, {y}, step) : model.train_on_batch({x}, {y}, step);
+      if (!r) {
+        std::fprintf(stderr, "train step: %s\n", r.error_value().message.c_str());
+        std::abort();
+      }
+    }
+  };
+  run(5);
+  std::vector<double> rates;
+  for (int rep = 0; rep < reps; ++rep) rates.push_back(static_cast<double>(global * steps) / bench::seconds_of([&] { run(steps); }));
+  return bench::median(rates);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +146,26 @@ int main(int argc, char** argv) {
     }
     json.add("inproc" + std::to_string(ranks) + "_busbw_vs_memcpy_min", worst_large);
   }
+  // Alternated so that each sees the same machine state.
+  constexpr int64_t rows = 1024;
+  const int steps = quick ? 40 : 100;
+  std::vector<double> one, two, independent;
+  for (int round = 0; round < (quick ? 5 : 9); ++round) {
+    one.push_back(train_samples_per_second(rt, 1, rows, steps, 1));
+    two.push_back(train_samples_per_second(rt, 2, rows, steps, 1));
+    double a = 0, b = 0;
+    std::thread other{[&] { b = train_samples_per_second(rt, 1, rows, steps, 1); }};
+    a = train_samples_per_second(rt, 1, rows, steps, 1);
+    other.join();
+    independent.push_back(a + b);
+  }
+  const double one_rate = bench::median(one), two_rate = bench::median(two), apart = bench::median(independent);
+  std::printf("digits MLP, %lld rows per replica: 1x1 %.0f samples/s, 2x1 mirrored %.0f (%.2fx), 2 independent %.0f (%.2fx)\n",
+              static_cast<long long>(rows), one_rate, two_rate, two_rate / one_rate, apart, apart / one_rate);
+  json.add("train_1x1_samples_per_s", one_rate);
+  json.add("train_2x1_samples_per_s", two_rate);
+  json.add("scaling_2x1_vs_1x1", two_rate / one_rate);
+  json.add("scaling_independent_2x1_vs_1x1", apart / one_rate);
   json.print();
   return 0;
 }
