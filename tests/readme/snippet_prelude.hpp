@@ -22,6 +22,7 @@
 #include "ops/random.hpp"
 #include "ops/runtime/function.hpp"
 #include "ops/train/layers.hpp"
+#include "strategies/strategy.hpp"
 #include "ops/train/losses.hpp"
 #include "ops/train/model.hpp"
 #include "ops/train/optimizers.hpp"
