@@ -34,6 +34,7 @@ namespace {
 
 using contribute_atom = caf::atom_constant<caf::atom("af_contrib")>;
 using neighbour_atom = caf::atom_constant<caf::atom("af_neighb")>;
+using peers_atom = caf::atom_constant<caf::atom("af_peers")>;
 using chunk_atom = caf::atom_constant<caf::atom("af_chunk")>;
 using abort_atom = caf::atom_constant<caf::atom("af_abort")>;
 using expire_atom = caf::atom_constant<caf::atom("af_expire")>;
@@ -56,7 +57,9 @@ struct arrivals {
   }
 };
 
-enum class op_kind : int32_t { all_reduce = 0, all_gather = 1, broadcast = 2 };
+// all_reduce_doubling: a small all-reduce by recursive doubling (every rank chooses it alike from the
+// call's size, so ranks that disagree on the size fail as for any other mismatch).
+enum class op_kind : int32_t { all_reduce = 0, all_gather = 1, broadcast = 2, all_reduce_doubling = 3 };
 
 // What every rank's call must agree on: the operation (and its root), the call's id, dtype and size.
 struct call_spec {
@@ -77,10 +80,11 @@ struct call_spec {
 std::string describe(call_id id) { return "(step " + std::to_string(id.step) + ", bucket " + std::to_string(id.bucket) + ")"; }
 
 std::string describe(const call_spec& c) {
-  static const char* names[] = {"all_reduce", "all_gather", "broadcast"};
+  static const char* names[] = {"all_reduce", "all_gather", "broadcast", "all_reduce"};
   std::string out = names[static_cast<int>(c.kind)];
   if (c.kind == op_kind::broadcast) out += " from rank " + std::to_string(c.root);
-  return out + " " + describe(c.id) + " of " + std::string{to_string(c.type)} + "[" + std::to_string(c.numel) + "]";
+  out += " " + describe(c.id) + " of " + std::string{to_string(c.type)} + "[" + std::to_string(c.numel) + "]";
+  return c.kind == op_kind::all_reduce_doubling ? out + " by recursive doubling" : out;
 }
 
 // One chunk from the left neighbour.
@@ -96,9 +100,10 @@ struct running_call {
   call_spec spec;
   tensor buffer;     // 1-D, contiguous, this rank's own
   af::shape result;  // the dims the buffer is answered as
-  int received = 0;  // chunks applied so far
+  int received = 0;  // chunks applied so far (recursive doubling: rounds done)
   caf::response_promise answer;
   std::chrono::steady_clock::time_point started;
+  std::map<int, chunk_message> ahead;  // recursive doubling: partners' buffers for later rounds
 };
 
 struct rank_state {
@@ -107,6 +112,7 @@ struct rank_state {
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<arrivals> arrived;
   caf::actor right;
+  std::vector<caf::actor> peers;  // every rank, for recursive doubling's partners
   uint64_t next_seq = 0;                        // calls this rank has started
   std::optional<running_call> current;
   std::map<uint64_t, std::vector<chunk_message>> early;  // chunks of calls this rank has not started
@@ -170,6 +176,7 @@ int chunk_sent(op_kind kind, int rank, int ranks, int round) {
       return round < ranks - 1 ? wrap(rank - round, ranks) : wrap(rank + 1 - (round - (ranks - 1)), ranks);
     case op_kind::all_gather: return wrap(rank - round, ranks);
     case op_kind::broadcast: return round;
+    case op_kind::all_reduce_doubling: return 0;  // the whole buffer (send_doubling)
   }
   return 0;
 }
@@ -180,6 +187,7 @@ int chunks_to_receive(const call_spec& c, int rank, int ranks) {
     case op_kind::all_reduce: return 2 * (ranks - 1);
     case op_kind::all_gather: return ranks - 1;
     case op_kind::broadcast: return ranks;  // the root's come back round: every rank has them
+    case op_kind::all_reduce_doubling: return 0;  // counted in rounds (apply_doubling)
   }
   return 0;
 }
@@ -202,11 +210,63 @@ void finish(rank_actor* self) {
   self->state.current.reset();
 }
 
+void fail_mismatch(rank_actor* self, const chunk_message& m, int sender) {
+  auto& s = self->state;
+  const auto& call = *s.current;
+  fail_all(self,
+           error{errc::invalid_argument, s.name + " call #" + std::to_string(call.seq) + ": rank " + std::to_string(s.rank) +
+                                             " called " + describe(call.spec) + ", rank " + std::to_string(sender) + " " +
+                                             describe(m.spec) + ": every rank must make the same calls, in the same order, on the same shapes"},
+           true);
+}
+
+// Recursive doubling over 2^k ranks: in round j each rank adds its partner's (rank xor 2^j) whole
+// buffer into its own, so after k rounds every rank holds the sum. The partners of a round add the
+// same two buffers (a + b is b + a, bit for bit), so every rank ends with the same bits. Buffers
+// travel as copies: a rank adds into its own while its partner may not have read it yet.
+void send_doubling(rank_actor* self, const running_call& call, int round) {
+  const auto& c = call.spec;
+  const int partner = self->state.rank ^ (1 << round);
+  self->send(self->state.peers[static_cast<std::size_t>(partner)], chunk_atom::value, call.seq, c.id.step, c.id.bucket,
+             static_cast<int32_t>(c.kind), c.root, static_cast<int32_t>(c.type), c.numel, static_cast<int32_t>(round),
+             call.buffer.clone().value());
+}
+
+int doubling_rounds(int ranks) {
+  int k = 0;
+  while ((1 << k) < ranks) ++k;
+  return k;
+}
+
+void apply_doubling(rank_actor* self, chunk_message&& m) {
+  auto& s = self->state;
+  auto& call = *s.current;
+  if (m.round != call.received) {  // a partner of a later round is ahead of this one's
+    call.ahead.emplace(m.round, std::move(m));
+    return;
+  }
+  if (!(m.spec == call.spec)) return fail_mismatch(self, m, s.rank ^ (1 << m.round));
+  add_chunk(call.buffer, 0, m.data);
+  if (++call.received == doubling_rounds(s.ranks)) return finish(self);
+  send_doubling(self, call, call.received);
+  if (auto next = call.ahead.find(call.received); next != call.ahead.end()) {
+    auto ready = std::move(next->second);
+    call.ahead.erase(next);
+    apply_doubling(self, std::move(ready));
+  }
+}
+
 // Applies one chunk of the running call; a mismatch fails the whole ring.
 void apply(rank_actor* self, chunk_message&& m) {
   auto& s = self->state;
   auto& call = *s.current;
   const int n = s.ranks;
+  if (call.spec.kind == op_kind::all_reduce_doubling || m.spec.kind == op_kind::all_reduce_doubling) {
+    if (call.spec.kind == m.spec.kind) return apply_doubling(self, std::move(m));
+    // One rank chose doubling, its neighbour the ring: their sizes differ. Who sent it: the left
+    // neighbour for a ring chunk, the round's partner for a doubling one.
+    return fail_mismatch(self, m, m.spec.kind == op_kind::all_reduce_doubling ? s.rank ^ (1 << m.round) : wrap(s.rank - 1, n));
+  }
   if (!(m.spec == call.spec)) {
     fail_all(self,
              error{errc::invalid_argument, s.name + " call #" + std::to_string(call.seq) + ": rank " + std::to_string(s.rank) +
@@ -232,6 +292,7 @@ void apply(rank_actor* self, chunk_message&& m) {
     case op_kind::all_gather:
       if (!last) send(self, call, m.round + 1, chunk_view(call, n, chunk_sent(call.spec.kind, s.rank, n, m.round + 1)));
       break;
+    case op_kind::all_reduce_doubling: break;  // apply_doubling's
     case op_kind::broadcast:
       // Passed on as it came (a view of the root's buffer). The rank before the root passes it
       // back to the root, which is done when all have returned: it cannot run calls ahead of the
@@ -267,7 +328,9 @@ void start_call(rank_actor* self, running_call&& call, tensor& value) {
   s.current = std::move(call);
   auto& running = *s.current;
   if (n == 1) return finish(self);
-  if (c.kind != op_kind::broadcast)
+  if (c.kind == op_kind::all_reduce_doubling)
+    send_doubling(self, running, 0);
+  else if (c.kind != op_kind::broadcast)
     send(self, running, 0, chunk_view(running, n, chunk_sent(c.kind, s.rank, n, 0)));
   else if (s.rank == c.root)
     for (int k = 0; k < n; ++k) send(self, running, k, chunk_view(running, n, k));
@@ -279,6 +342,7 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
   s.rank = rank, s.ranks = ranks, s.name = std::move(name), s.timeout = timeout, s.arrived = std::move(arrived);
   return {
       [=](neighbour_atom, caf::actor right) { self->state.right = std::move(right); },
+      [=](peers_atom, std::vector<caf::actor> peers) { self->state.peers = std::move(peers); },
       [=](contribute_atom, int32_t kind, int32_t root, uint64_t step, uint32_t bucket, tensor& value) {
         auto& st = self->state;
         auto answer = self->make_response_promise();
@@ -339,6 +403,7 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
 struct ring_group::impl {
   caf::actor_system* sys = nullptr;
   std::vector<caf::actor> ranks;
+  std::size_t doubling_max_bytes = 0;  // 0: never (the ranks are not a power of two)
 
   ~impl() {
     if (!sys) return;
@@ -360,9 +425,13 @@ expected<ring_group> ring_group::start(runtime& rt, ring_options options) {
     state->ranks.push_back(options.own_threads
                                ? state->sys->spawn<caf::detached>(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived)
                                : state->sys->spawn(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived));
-  for (int r = 0; r < options.ranks; ++r)
+  for (int r = 0; r < options.ranks; ++r) {
     caf::anon_send(state->ranks[static_cast<std::size_t>(r)], neighbour_atom::value,
                    state->ranks[static_cast<std::size_t>((r + 1) % options.ranks)]);
+    caf::anon_send(state->ranks[static_cast<std::size_t>(r)], peers_atom::value, state->ranks);
+  }
+  const bool power_of_two = (options.ranks & (options.ranks - 1)) == 0;
+  state->doubling_max_bytes = power_of_two && options.ranks > 1 ? options.doubling_max_bytes : 0;
   return ring_group{std::move(state)};
 }
 
@@ -399,7 +468,8 @@ expected<tensor> ring_group::all_reduce(int rank, call_id id, tensor value) cons
   const dtype t = value.type();
   if (t != dtype::f32 && t != dtype::f64 && t != dtype::i32 && t != dtype::i64)
     return make_error(errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)");
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], op_kind::all_reduce, 0, id, std::move(value));
+  const op_kind kind = value.nbytes() <= impl_->doubling_max_bytes ? op_kind::all_reduce_doubling : op_kind::all_reduce;
+  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], kind, 0, id, std::move(value));
 }
 
 expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& value) const {

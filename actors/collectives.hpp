@@ -3,7 +3,9 @@
 // Collectives as an actor topology: a ring of rank actors in one process, each owned by one
 // replica, which together sum a tensor (all-reduce) by reduce-scatter then all-gather, the
 // bandwidth-optimal ring of Baidu's allreduce, Horovod and NCCL; the same ring gathers every rank's
-// tensor (all-gather) and passes one rank's on to all (broadcast). Chunks travel between neighbours
+// tensor (all-gather) and passes one rank's on to all (broadcast). A small all-reduce over a power
+// of two of ranks goes by recursive doubling instead (log2(ranks) rounds, each an exchange of the
+// whole tensor with a partner), as MPI's and Gloo's small-message all-reduces do. Chunks travel between neighbours
 // as messages that are views of the sender's buffer (no copy); each rank adds or copies what it
 // receives into its own. As with every tensor passed between actors, a result may share storage
 // with chunks still in flight: read it, do not write into it in place. CAF stays behind this
@@ -40,6 +42,10 @@ struct ring_options {
   std::chrono::milliseconds timeout{60000};
   /// Names the group in errors.
   std::string name = "all_reduce";
+  /// An all-reduce of at most this many bytes goes by recursive doubling when the ranks are a power
+  /// of two: log2(ranks) exchanges of the whole tensor instead of the ring's 2(ranks - 1) chunk
+  /// steps, fewer hand-offs where latency, not bandwidth, bounds the call. 0: always the ring.
+  std::size_t doubling_max_bytes = std::size_t{64} << 10;
   /// Each rank actor on a thread of its own rather than on the scheduler: for groups whose callers
   /// block a scheduler worker while they wait (a replica stepping on the actor a pipeline feeds),
   /// and whose calls should wake only the threads taking part (actors/replica.cpp says why).

@@ -39,12 +39,14 @@ tensor random_values(int64_t n, uint64_t seed) {
 
 TEST_CASE("a ring of 1 to 4 ranks sums every rank's tensor, the same bits on every rank", "[actors][collectives]") {
   runtime rt{{.scheduler_threads = 2}};
+  // The small sizes go by recursive doubling on 2 and 4 ranks unless it is turned off (0).
+  for (std::size_t doubling : {std::size_t{64} << 10, std::size_t{0}})
   for (int ranks : {1, 2, 3, 4}) {
-    auto ring = ring_group::start(rt, {.ranks = ranks});
+    auto ring = ring_group::start(rt, {.ranks = ranks, .doubling_max_bytes = doubling});
     REQUIRE(ring);
     uint64_t step = 0;
     for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{1000}, int64_t{100003}}) {  // fewer elements than ranks, ragged chunks
-      INFO(ranks << " ranks, " << n << " elements, step " << step);
+      INFO(ranks << " ranks, " << n << " elements, step " << step << ", doubling up to " << doubling << " bytes");
       std::vector<tensor> values;
       std::vector<double> want(static_cast<std::size_t>(n), 0.0);
       for (int r = 0; r < ranks; ++r) {
@@ -221,4 +223,19 @@ TEST_CASE("a tensor handed over with std::move is summed in place, without a cop
     CHECK(out[static_cast<std::size_t>(r)]->raw_data() == storage[static_cast<std::size_t>(r)]);
     CHECK(out[static_cast<std::size_t>(r)]->to_vector<float>() == std::vector<float>{3, 4, 6});
   }
+}
+
+TEST_CASE("ranks whose sizes make one choose recursive doubling and the other the ring fail naming both", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto ring = ring_group::start(rt, {.ranks = 2, .timeout = 5s}).value();
+  auto results = call_every_rank(ring, {call_id{4, 1}, call_id{4, 1}}, {random_values(16, 1), random_values(100000, 2)});
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE_FALSE(results[static_cast<std::size_t>(r)]);
+    const auto& message = results[static_cast<std::size_t>(r)].error_value().message;
+    CHECK_THAT(message, Contains("all_reduce (step 4, bucket 1) of f32[16] by recursive doubling"));
+    CHECK_THAT(message, Contains("all_reduce (step 4, bucket 1) of f32[100000],") || Contains("all_reduce (step 4, bucket 1) of f32[100000]:"));
+  }
+  // The ring stays failed rather than answer later calls with sums of misaligned buffers.
+  auto later = call_every_rank(ring, {call_id{5, 0}, call_id{5, 0}}, {random_values(16, 3), random_values(16, 4)});
+  CHECK_FALSE(later[0]);
 }
