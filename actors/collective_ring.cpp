@@ -18,6 +18,7 @@
 #include <caf/stateful_actor.hpp>
 
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -115,6 +116,9 @@ struct rank_state {
   std::vector<caf::actor> peers;  // every rank, for recursive doubling's partners
   uint64_t next_seq = 0;                        // calls this rank has started
   std::optional<running_call> current;
+  // Calls made while another runs (a replica starts a bucket's all-reduce before the previous
+  // bucket's is done): they start in order as the running one finishes.
+  std::deque<std::pair<running_call, tensor>> queued;
   std::map<uint64_t, std::vector<chunk_message>> early;  // chunks of calls this rank has not started
   std::optional<error> failed;                  // once failed, every later call fails alike
   // One timer at a time: CAF 0.17 cannot cancel a delayed message, so a timer per call would pile
@@ -182,7 +186,7 @@ int chunk_sent(op_kind kind, int rank, int ranks, int round) {
 }
 
 // Chunks a rank receives before its call is done.
-int chunks_to_receive(const call_spec& c, int rank, int ranks) {
+int chunks_to_receive(const call_spec& c, int ranks) {
   switch (c.kind) {
     case op_kind::all_reduce: return 2 * (ranks - 1);
     case op_kind::all_gather: return ranks - 1;
@@ -200,14 +204,19 @@ void fail_all(rank_actor* self, const error& why, bool tell_ring) {
     s.current->answer.deliver(to_caf_error(why));
     s.current.reset();
   }
+  for (auto& [call, value] : s.queued) call.answer.deliver(to_caf_error(why));
+  s.queued.clear();
   s.early.clear();
   if (tell_ring) self->send(s.right, abort_atom::value, static_cast<int32_t>(why.code), why.message);
 }
+
+void begin_next(rank_actor* self);
 
 void finish(rank_actor* self) {
   auto& call = *self->state.current;
   call.answer.deliver(call.buffer.reshape(call.result).value());
   self->state.current.reset();
+  begin_next(self);
 }
 
 void fail_mismatch(rank_actor* self, const chunk_message& m, int sender) {
@@ -286,7 +295,7 @@ void apply(rank_actor* self, chunk_message&& m) {
   else if (!own_chunk_back)
     copy_chunk(call.buffer, begin, m.data);
   ++call.received;
-  const bool last = call.received == chunks_to_receive(call.spec, s.rank, n);
+  const bool last = call.received == chunks_to_receive(call.spec, n);
   switch (call.spec.kind) {
     case op_kind::all_reduce:
     case op_kind::all_gather:
@@ -336,6 +345,29 @@ void start_call(rank_actor* self, running_call&& call, tensor& value) {
     for (int k = 0; k < n; ++k) send(self, running, k, chunk_view(running, n, k));
 }
 
+// Starts the oldest queued call, if none runs: its buffer, its first sends, its timer, and the
+// chunks that came for it before it started.
+void begin_next(rank_actor* self) {
+  auto& st = self->state;
+  if (st.current || st.queued.empty() || st.failed) return;
+  auto [call, value] = std::move(st.queued.front());
+  st.queued.pop_front();
+  const uint64_t seq = call.seq;
+  call.started = std::chrono::steady_clock::now();
+  start_call(self, std::move(call), value);  // may finish at once (one rank) and begin the next
+  if (!st.current || st.current->seq != seq) return;
+  if (!st.timer_armed) {
+    st.timer_armed = true;
+    self->delayed_send(self, st.timeout, expire_atom::value);
+  }
+  if (auto early = st.early.find(seq); early != st.early.end()) {
+    auto chunks = std::move(early->second);
+    st.early.erase(early);
+    for (auto& m : chunks)
+      if (st.current && st.current->seq == seq) apply(self, std::move(m));
+  }
+}
+
 caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string name, std::chrono::milliseconds timeout,
                              std::shared_ptr<arrivals> arrived) {
   auto& s = self->state;
@@ -350,19 +382,8 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
         const uint64_t seq = st.next_seq++;
         st.arrived->arrived(st.rank);
         const auto spec = call_spec::from(kind, root, step, bucket, static_cast<int32_t>(value.type()), value.numel());
-        start_call(self, running_call{seq, spec, {}, {}, 0, answer, std::chrono::steady_clock::now()}, value);
-        if (!st.current) return;
-        if (!st.timer_armed) {
-          st.timer_armed = true;
-          self->delayed_send(self, st.timeout, expire_atom::value);
-        }
-        // Chunks that came before this rank called.
-        if (auto early = st.early.find(seq); early != st.early.end()) {
-          auto chunks = std::move(early->second);
-          st.early.erase(early);
-          for (auto& m : chunks)
-            if (st.current && st.current->seq == seq) apply(self, std::move(m));
-        }
+        st.queued.emplace_back(running_call{seq, spec, {}, {}, 0, answer, std::chrono::steady_clock::now(), {}}, std::move(value));
+        begin_next(self);
       },
       [=](chunk_atom, uint64_t seq, uint64_t step, uint32_t bucket, int32_t kind, int32_t root, int32_t type, int64_t numel, int32_t round,
           tensor data) {
@@ -370,7 +391,7 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
         if (st.failed) return;
         chunk_message m{seq, call_spec::from(kind, root, step, bucket, type, numel), round, std::move(data)};
         if (st.current && st.current->seq == seq) return apply(self, std::move(m));
-        if (seq >= st.next_seq) st.early[seq].push_back(std::move(m));
+        if (!st.current || seq > st.current->seq) st.early[seq].push_back(std::move(m));  // a call not begun here yet
       },
       [=](abort_atom, int32_t code, const std::string& why) {
         // The error goes once round the ring: the rank that raised it already failed.
@@ -442,13 +463,44 @@ ring_group::~ring_group() = default;
 
 int ring_group::ranks() const noexcept { return static_cast<int>(impl_->ranks.size()); }
 
+using contribute_handle = decltype(std::declval<caf::scoped_actor&>()->request(
+    std::declval<const caf::actor&>(), caf::infinite, contribute_atom::value, int32_t{}, int32_t{}, uint64_t{}, uint32_t{}, tensor{}));
+
+struct pending_result::impl {
+  std::optional<error> refused;  // the call was not made
+  std::unique_ptr<caf::scoped_actor> self;
+  std::optional<contribute_handle> answer;
+};
+
+pending_result::pending_result(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+pending_result::pending_result(pending_result&&) noexcept = default;
+pending_result& pending_result::operator=(pending_result&&) noexcept = default;
+pending_result::~pending_result() = default;
+
+expected<tensor> pending_result::get() {
+  if (impl_->refused) return *impl_->refused;
+  if (!impl_->answer) return make_error(errc::invalid_argument, "collective: its result was taken already");
+  expected<tensor> out = make_error(errc::cancelled, "collective: no answer");
+  impl_->answer->receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
+  impl_->answer.reset();
+  return out;
+}
+
 namespace {
 
+pending_result::impl* call_rank_later(pending_result::impl& p, caf::actor_system& sys, const caf::actor& rank, op_kind kind, int root,
+                                      call_id id, tensor value) {
+  p.self = std::make_unique<caf::scoped_actor>(sys);
+  p.answer.emplace((*p.self)->request(rank, caf::infinite, contribute_atom::value, static_cast<int32_t>(kind), root, id.step,
+                                      id.bucket, std::move(value)));
+  return &p;
+}
+
 expected<tensor> call_rank(caf::actor_system& sys, const caf::actor& rank, op_kind kind, int root, call_id id, tensor value) {
-  caf::scoped_actor self{sys};
+  pending_result::impl p;
+  call_rank_later(p, sys, rank, kind, root, id, std::move(value));
   expected<tensor> out = make_error(errc::cancelled, "collective: no answer");
-  self->request(rank, caf::infinite, contribute_atom::value, static_cast<int32_t>(kind), root, id.step, id.bucket, std::move(value))
-      .receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
+  p.answer->receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
   return out;
 }
 
@@ -464,12 +516,23 @@ error ring_group::check_rank(const char* what, int rank, const tensor& value) co
 }
 
 expected<tensor> ring_group::all_reduce(int rank, call_id id, tensor value) const {
-  if (auto bad = check_rank("all_reduce", rank, value)) return bad;
+  return start_all_reduce(rank, id, std::move(value)).get();
+}
+
+pending_result ring_group::start_all_reduce(int rank, call_id id, tensor value) const {
+  auto p = std::make_unique<pending_result::impl>();
+  if (auto bad = check_rank("all_reduce", rank, value)) {
+    p->refused = bad;
+    return pending_result{std::move(p)};
+  }
   const dtype t = value.type();
-  if (t != dtype::f32 && t != dtype::f64 && t != dtype::i32 && t != dtype::i64)
-    return make_error(errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)");
+  if (t != dtype::f32 && t != dtype::f64 && t != dtype::i32 && t != dtype::i64) {
+    p->refused = error{errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)"};
+    return pending_result{std::move(p)};
+  }
   const op_kind kind = value.nbytes() <= impl_->doubling_max_bytes ? op_kind::all_reduce_doubling : op_kind::all_reduce;
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], kind, 0, id, std::move(value));
+  call_rank_later(*p, *impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], kind, 0, id, std::move(value));
+  return pending_result{std::move(p)};
 }
 
 expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& value) const {

@@ -58,6 +58,25 @@ struct call_id {
   uint32_t bucket = 0;
 };
 
+/// A collective started without waiting (ring_group::start_all_reduce); get() waits for it.
+class pending_result {
+ public:
+  pending_result(pending_result&&) noexcept;
+  pending_result& operator=(pending_result&&) noexcept;
+  /// Dropping a call unwaited leaves the collective running; its result is discarded.
+  ~pending_result();
+  /// The result, waiting for it; once only (a second call is invalid_argument).
+  expected<tensor> get();
+
+  /// The call behind it (actors/collective_ring.cpp).
+  struct impl;
+
+ private:
+  friend class ring_group;
+  explicit pending_result(std::unique_ptr<impl> state);
+  std::unique_ptr<impl> impl_;
+};
+
 class ring_group {
  public:
   /// Spawns the ring's rank actors; invalid_argument for fewer than one rank or a timeout of 0.
@@ -74,6 +93,10 @@ class ring_group {
   /// is copied first and left as it was. An error as described above, or invalid_argument for a
   /// rank outside the ring or an unsupported dtype.
   expected<tensor> all_reduce(int rank, call_id id, tensor value) const;
+  /// all_reduce without waiting, for a replica that sums one bucket of gradients while it computes
+  /// the next: the call is made at once, get() waits for its result. A rank's calls run in the
+  /// order it makes them, started or blocking alike.
+  pending_result start_all_reduce(int rank, call_id id, tensor value) const;
   /// Every rank's `value` (the same shape and dtype on each, any numeric dtype), stacked in rank
   /// order along a new first dimension: [ranks, ...value's dims], for rank `rank`.
   expected<tensor> all_gather(int rank, call_id id, const tensor& value) const;

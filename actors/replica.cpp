@@ -55,6 +55,8 @@ struct group_context {
   std::vector<shape> gradient_shapes;
   std::vector<dtype> gradient_types;
   int threads = 1;
+  int replicas = 1;
+  bool overlap = true;
 };
 
 std::vector<bucket> plan_buckets(const std::vector<shape>& shapes, const std::vector<dtype>& types, std::size_t bucket_bytes) {
@@ -71,8 +73,9 @@ std::vector<bucket> plan_buckets(const std::vector<shape>& shapes, const std::ve
   return out;
 }
 
-// Bucket 0 ends with one more element: the sum over replicas of 2^rank for each replica whose part
-// of the step failed (exact in f32 for ranks below 24; beyond, only "some replica").
+// The last bucket ends with one more element: the sum over replicas of 2^rank for each replica
+// whose part of the step failed (exact in f32 for ranks below 24; beyond, only "some replica"). It
+// is started last, once the replica knows how its part went.
 double failure_bit(int rank) { return rank < 24 ? static_cast<double>(int64_t{1} << rank) : 1.0; }
 
 std::string failed_ranks(double flags, int replicas) {
@@ -83,84 +86,151 @@ std::string failed_ranks(double flags, int replicas) {
   return out.empty() ? "a replica" : "replica " + out;
 }
 
-expected<tensor> pack(const group_context& g, std::size_t b, const std::vector<tensor>* gradients, double flag) {
+/// Bucket `b` as one flat tensor: each member's gradient (zeros where `gradients` has none), then
+/// the flag in the last bucket.
+expected<tensor> pack(const group_context& g, std::size_t b, const std::vector<tensor>& gradients, double flag) {
   const bucket& bk = g.buckets[b];
-  const int64_t extra = b == 0 ? 1 : 0;
-  AF_TRY_ASSIGN(auto flat, gradients ? tensor::empty({bk.numel + extra}, bk.type) : tensor::zeros({bk.numel + extra}, bk.type));
+  const bool last = b + 1 == g.buckets.size();
+  const int64_t extra = last ? 1 : 0;
+  AF_TRY_ASSIGN(auto flat, tensor::zeros({bk.numel + extra}, bk.type));
   auto* out = static_cast<char*>(flat.raw_data());
   const std::size_t item = size_of(bk.type);
-  if (gradients) {
-    for (std::size_t k : bk.members) {
-      AF_TRY_ASSIGN(auto dense, (*gradients)[k].contiguous());
-      std::memcpy(out, dense.raw_data(), dense.nbytes());
-      out += dense.nbytes();
+  for (std::size_t k : bk.members) {
+    const std::size_t bytes = static_cast<std::size_t>(numel(g.gradient_shapes[k])) * item;
+    if (gradients[k].defined()) {
+      AF_TRY_ASSIGN(auto dense, gradients[k].contiguous());
+      std::memcpy(out, dense.raw_data(), bytes);
     }
+    out += bytes;
   }
-  if (extra) {
-    char* last = static_cast<char*>(flat.raw_data()) + static_cast<std::size_t>(bk.numel) * item;
-    if (bk.type == dtype::f64) std::memcpy(last, &flag, sizeof flag);
+  if (last) {
+    if (bk.type == dtype::f64) std::memcpy(out, &flag, sizeof flag);
     else {
       const auto f = static_cast<float>(flag);
-      std::memcpy(last, &f, sizeof f);
+      std::memcpy(out, &f, sizeof f);
     }
   }
   return flat;
 }
 
-/// The gradients a replica computed, if they are what the buckets expect.
-error check_gradients(const group_context& g, const std::vector<tensor>& grads) {
-  if (grads.size() != g.gradient_shapes.size())
-    return {errc::internal, std::to_string(grads.size()) + " gradients for " + std::to_string(g.gradient_shapes.size()) + " trainable weights"};
-  for (std::size_t k = 0; k < grads.size(); ++k)
-    if (grads[k].shape() != g.gradient_shapes[k] || grads[k].type() != g.gradient_types[k])
-      return {errc::internal, "gradient " + std::to_string(k) + " is " + std::string{to_string(grads[k].type())} +
-                                  to_string(grads[k].shape()) + ", its weight " + std::string{to_string(g.gradient_types[k])} +
-                                  to_string(g.gradient_shapes[k])};
-  return {};
+/// Whether a computed gradient is what the buckets expect for weight `k`.
+error check_gradient(const group_context& g, std::size_t k, const tensor& grad) {
+  if (grad.shape() == g.gradient_shapes[k] && grad.type() == g.gradient_types[k]) return {};
+  return {errc::internal, "gradient " + std::to_string(k) + " is " + std::string{to_string(grad.type())} + to_string(grad.shape()) +
+                              ", its weight " + std::string{to_string(g.gradient_types[k])} + to_string(g.gradient_shapes[k])};
 }
 
-/// One replica's step: its gradients, every bucket summed over the ring, then the update. Every
-/// replica makes the same collective calls whatever happened to its slice, so none waits in vain.
-expected<nn::batch_result> step_replica(const group_context& g, nn::model& model, int rank, int replicas, uint64_t step,
-                                        const batch_slice& slice, uint64_t seed, double share, double learning_rate) {
-  const std::string where = g.name + ": replica " + std::to_string(rank) + " of " + std::to_string(replicas) + ", step " +
+/// The buckets of one replica's step: started in order, each as soon as its gradients exist (the
+/// last one only when the replica knows whether its part failed), then waited for in order.
+class bucket_reducer {
+ public:
+  bucket_reducer(const group_context& g, int rank, uint64_t step)
+      : g_(g), rank_(rank), step_(step), gradients_(g.gradient_shapes.size()), missing_(g.buckets.size()), bucket_of_(gradients_.size()) {
+    for (std::size_t b = 0; b < g.buckets.size(); ++b) {
+      missing_[b] = g.buckets[b].members.size();
+      for (std::size_t k : g.buckets[b].members) bucket_of_[k] = b;
+    }
+  }
+
+  /// A gradient the backward pass has just computed: its bucket starts if it and those before it
+  /// are complete.
+  void arrived(std::size_t k, const tensor& grad) {
+    if (k >= gradients_.size() || gradients_[k].defined()) return;
+    if (auto bad = check_gradient(g_, k, grad)) {
+      if (!failed_) failed_ = bad;
+      return;  // the bucket carries zeros there
+    }
+    gradients_[k] = grad;
+    --missing_[bucket_of_[k]];
+    while (started_ + 1 < g_.buckets.size() && missing_[started_] == 0) start(started_, 0.0);
+  }
+
+  /// Starts every bucket not started yet, the last with the flag, and waits for all: the summed
+  /// gradients, or an error naming this replica's failure, another replica's, or the ring's.
+  expected<std::vector<tensor>> finish(const expected<nn::replica_gradients>& outcome, bool idle, const std::string& where) {
+    if (outcome && !idle)
+      for (std::size_t k = 0; k < gradients_.size(); ++k)
+        if (!gradients_[k].defined() && !failed_) arrived(k, outcome->gradients[k]);
+    const bool ok = outcome && !failed_;
+    if (!ok || idle) gradients_.assign(gradients_.size(), tensor{});  // zeros for what is not started yet
+    while (started_ < g_.buckets.size()) start(started_, ok ? 0.0 : failure_bit(rank_));
+    std::vector<tensor> summed(gradients_.size());
+    double flags = 0;
+    error ring_failure;
+    for (std::size_t b = 0; b < pending_.size(); ++b) {
+      auto reduced = pending_[b].get();
+      if (!reduced) {
+        if (!ring_failure) ring_failure = reduced.error_value();
+        continue;
+      }
+      int64_t offset = 0;
+      for (std::size_t k : g_.buckets[b].members) {
+        const int64_t n = numel(g_.gradient_shapes[k]);
+        AF_TRY_ASSIGN(auto part, reduced->slice(0, offset, offset + n));
+        AF_TRY_ASSIGN(summed[k], part.reshape(g_.gradient_shapes[k]));
+        offset += n;
+      }
+      if (b + 1 == pending_.size()) flags = reduced->at({g_.buckets[b].numel});
+    }
+    if (ring_failure) return with_context(ring_failure, where);
+    if (!outcome) return with_context(outcome.error_value(), where);
+    if (failed_) return with_context(failed_, where);
+    if (flags != 0)
+      return make_error(errc::failed_precondition, where + ": " + failed_ranks(flags, g_.replicas) +
+                                                       " failed on its slice, so no replica applied this update");
+    return summed;
+  }
+
+ private:
+  void start(std::size_t b, double flag) {
+    ++started_;
+    auto flat = pack(g_, b, gradients_, flag);
+    if (!flat) {  // no memory for the bucket: the others still need this rank's call
+      if (!failed_) failed_ = flat.error_value();
+      flat = tensor::zeros({g_.buckets[b].numel + (b + 1 == g_.buckets.size() ? 1 : 0)}, g_.buckets[b].type);
+      if (!flat) std::abort();  // neither: nothing can be sent, and the others would wait in vain
+    }
+    pending_.push_back(g_.ring->start_all_reduce(rank_, {step_, static_cast<uint32_t>(b)}, std::move(*flat)));
+  }
+
+  const group_context& g_;
+  int rank_;
+  uint64_t step_;
+  std::vector<tensor> gradients_;
+  std::vector<std::size_t> missing_;
+  std::vector<std::size_t> bucket_of_;
+  std::size_t started_ = 0;
+  std::vector<collectives::pending_result> pending_;
+  error failed_;
+};
+
+/// One replica's step: its gradients, every bucket summed over the ring (each started as soon as
+/// the backward pass has produced it), then the update. Every replica makes the same collective
+/// calls in the same order whatever happened to its slice, so none waits in vain.
+expected<nn::batch_result> step_replica(const group_context& g, nn::model& model, int rank, uint64_t step, const batch_slice& slice,
+                                        uint64_t seed, double share, double learning_rate) {
+  const std::string where = g.name + ": replica " + std::to_string(rank) + " of " + std::to_string(g.replicas) + ", step " +
                             std::to_string(step + 1);
   scoped_thread_share cores{g.threads};
   // A global batch smaller than the group leaves the last replicas without rows: they add zeros.
   const bool idle = slice.inputs.empty() || slice.inputs[0].ndim() == 0 || slice.inputs[0].dim(0) == 0;
+  if (g.replicas == 1) {  // nothing to sum with
+    AF_TRY_ASSIGN(auto alone, model.compute_gradients(slice.inputs, slice.targets, seed, share));
+    if (auto applied = model.apply_gradients(std::move(alone.gradients), std::move(alone.non_trainable), learning_rate); !applied)
+      return with_context(applied.error_value(), where);
+    return std::move(alone.batch);
+  }
+  bucket_reducer buckets{g, rank, step};
   expected<nn::replica_gradients> computed = nn::replica_gradients{};
   if (idle) {
     for (int i : model.non_trainable_indices()) computed->non_trainable.push_back(model.weight_values()[static_cast<std::size_t>(i)]);
+  } else if (g.overlap) {
+    computed = model.compute_gradients(slice.inputs, slice.targets, seed, share,
+                                       [&](std::size_t k, const tensor& grad) { buckets.arrived(k, grad); });
   } else {
     computed = model.compute_gradients(slice.inputs, slice.targets, seed, share);
-    if (computed)
-      if (auto bad = check_gradients(g, computed->gradients)) computed = bad;
   }
-  const double flag = computed ? 0.0 : failure_bit(rank);
-  const std::vector<tensor>* gradients = computed && !idle ? &computed->gradients : nullptr;
-  std::vector<tensor> summed(g.gradient_shapes.size());
-  double flags = 0;
-  if (replicas == 1) {  // nothing to sum with
-    if (!computed) return with_context(computed.error_value(), where);
-    if (gradients) summed = *gradients;
-  }
-  for (std::size_t b = 0; replicas > 1 && b < g.buckets.size(); ++b) {
-    AF_TRY_ASSIGN(auto flat, pack(g, b, gradients, flag));
-    auto reduced = g.ring->all_reduce(rank, {step, static_cast<uint32_t>(b)}, std::move(flat));
-    if (!reduced) return with_context(reduced.error_value(), where);
-    int64_t offset = 0;
-    for (std::size_t k : g.buckets[b].members) {
-      const int64_t n = numel(g.gradient_shapes[k]);
-      AF_TRY_ASSIGN(auto part, reduced->slice(0, offset, offset + n));
-      AF_TRY_ASSIGN(summed[k], part.reshape(g.gradient_shapes[k]));
-      offset += n;
-    }
-    if (b == 0) flags = reduced->at({g.buckets[0].numel});
-  }
-  if (!computed) return with_context(computed.error_value(), where);
-  if (flags != 0)
-    return make_error(errc::failed_precondition, where + ": " + failed_ranks(flags, replicas) +
-                                                     " failed on its slice, so no replica applied this update");
+  AF_TRY_ASSIGN(auto summed, buckets.finish(computed, idle, where));
   if (auto applied = model.apply_gradients(std::move(summed), std::move(computed->non_trainable), learning_rate); !applied)
     return with_context(applied.error_value(), where);
   return std::move(computed->batch);
@@ -185,7 +255,7 @@ replica_actor::behavior_type replica_behaviour(replica_actor::stateful_pointer<r
              double learning_rate) -> caf::result<double, tensor, std::vector<tensor>> {
         auto& st = self->state;
         batch_slice slice{std::move(inputs), std::move(targets)};
-        auto r = step_replica(*st.group, *st.model, st.rank, st.replicas, step, slice, seed, share, learning_rate);
+        auto r = step_replica(*st.group, *st.model, st.rank, step, slice, seed, share, learning_rate);
         if (!r) return to_caf_error(r.error_value());
         return caf::result<double, tensor, std::vector<tensor>>{r->loss, tensor::from_vector(r->output_loss), std::move(r->predictions)};
       },
@@ -245,6 +315,8 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
     group->gradient_types.push_back(w.type());
   }
   group->buckets = plan_buckets(group->gradient_shapes, group->gradient_types, options.bucket_bytes);
+  group->replicas = options.replicas;
+  group->overlap = options.overlap;
   group->threads = options.threads_per_replica > 0 ? options.threads_per_replica : std::max(1, thread_budget() / options.replicas);
   // The ring's ranks run on threads of their own, which sleep until a chunk comes: scheduled rank
   // actors woke CAF's workers at every step, whose polling for more work then took the replicas'
@@ -305,7 +377,7 @@ expected<nn::batch_result> replica_group::train_step(std::vector<batch_slice> sl
   }
   std::vector<expected<nn::batch_result>> results;
   results.reserve(slices.size());
-  results.push_back(step_replica(*g.group, *g.model, 0, n, step, slices[0], seed, share(0), learning_rate));
+  results.push_back(step_replica(*g.group, *g.model, 0, step, slices[0], seed, share(0), learning_rate));
   for (int r = 1; r < n; ++r) {
     expected<nn::batch_result> got = make_error(errc::cancelled, g.group->name + ": replica " + std::to_string(r) + " did not answer");
     pending[static_cast<std::size_t>(r - 1)].receive(

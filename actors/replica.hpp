@@ -12,7 +12,8 @@
 // Replica 0 steps `model` itself on the thread that calls train_step (fit's replica actor, which
 // the pipeline feeds); replicas 1.. are actors on threads of their own, each with a clone of the
 // model. Gradients travel in buckets (a flat tensor of several weights' gradients, in reverse
-// weight order, as DDP's and Horovod's fusion buffers), one all-reduce each. A replica whose slice
+// weight order, as DDP's and Horovod's fusion buffers), one all-reduce each, started as soon as the
+// backward pass has produced the bucket's gradients, while it goes on with the earlier layers. A replica whose slice
 // fails (a bad batch, a non-finite loss) still takes part with zeros and a flag, so no replica
 // waits for it: every replica then skips the update, and the step fails naming the replica and
 // its error. Moving statistics (non-trainable weights) stay per replica, as tf.distribute's
@@ -46,6 +47,9 @@ struct group_options {
   int threads_per_replica = 0;
   /// The most gradient bytes one all-reduce carries (25 MB, DDP's default bucket).
   std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// Start a bucket's all-reduce as soon as the backward pass has produced its gradients, while the
+  /// rest of the pass computes (DDP's overlap); false: after the whole pass.
+  bool overlap = true;
   /// How long a replica waits for the others in a collective before the step fails naming them.
   std::chrono::milliseconds timeout{60000};
   /// Names the group in errors.

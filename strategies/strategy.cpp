@@ -88,6 +88,7 @@ class mirrored_strategy_impl final : public strategy {
     AF_TRY_ASSIGN(auto group, replicas::replica_group::start(rt, model, {.replicas = replicas_in_sync(),
                                                                          .threads_per_replica = options_.threads_per_replica,
                                                                          .bucket_bytes = options_.bucket_bytes,
+                                                                         .overlap = options_.overlap,
                                                                          .timeout = options_.timeout,
                                                                          .name = describe()}));
     return std::unique_ptr<replica_set>{std::make_unique<mirrored_replicas>(std::move(group))};

@@ -69,6 +69,8 @@ struct mirrored_options {
   int threads_per_replica = 0;
   /// Gradient bytes per all-reduce (DDP's 25 MB buckets).
   std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// Start each bucket's all-reduce while the backward pass computes the earlier layers' gradients.
+  bool overlap = true;
   /// How long a replica waits for the others before the step fails naming them.
   std::chrono::milliseconds timeout{60000};
 };

@@ -248,14 +248,16 @@ expected<std::shared_ptr<const concrete_function>> function::concrete(const std:
   return made;
 }
 
-expected<std::vector<tensor>> function::operator()(const std::vector<tensor>& args) {
+expected<std::vector<tensor>> function::operator()(const std::vector<tensor>& args) { return call(args, {}); }
+
+expected<std::vector<tensor>> function::call(const std::vector<tensor>& args, const graph::output_ready& on_output) {
   std::vector<graph::value_type> signature;
   for (const auto& a : args) {
     if (!a.defined()) return make_error(errc::invalid_argument, "argument " + std::to_string(signature.size()) + " is undefined");
     signature.push_back({a.type(), a.shape()});
   }
   AF_TRY_ASSIGN(auto c, concrete(signature));
-  return graph::interpret(c->optimized, args);
+  return graph::interpret(c->optimized, args, default_cpu_backend(), on_output);
 }
 
 }  // namespace af

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ops/graph/graph.hpp"
+#include "ops/runtime/interpreter.hpp"
 #include "ops/nn.hpp"
 
 namespace af {
@@ -189,6 +190,8 @@ class function {
 
   /// Runs the function on `args`, tracing first when their signature is new.
   expected<std::vector<tensor>> operator()(const std::vector<tensor>& args);
+  /// The same, handing each output to `on_output` as soon as it is computed (graph::interpret).
+  expected<std::vector<tensor>> call(const std::vector<tensor>& args, const graph::output_ready& on_output);
   /// The graph for a signature: the cached one, or a new trace.
   expected<std::shared_ptr<const concrete_function>> concrete(const std::vector<graph::value_type>& signature);
   /// How many times the callable has been traced.

@@ -35,8 +35,16 @@ expected<void> check_parameters(const graph& g, const std::vector<tensor>& value
 }
 
 expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters, backend& device) {
+  return interpret(g, parameters, device, {});
+}
+
+expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters, backend& device,
+                                        const output_ready& on_output) {
   AF_TRY(check_parameters(g, parameters));
   const auto& nodes = g.nodes();
+  std::vector<std::vector<std::size_t>> outputs_of(on_output ? nodes.size() : 0);
+  if (on_output)
+    for (std::size_t k = 0; k < g.outputs().size(); ++k) outputs_of[static_cast<std::size_t>(g.outputs()[k])].push_back(k);
   std::vector<std::size_t> last_use(nodes.size(), 0);
   for (std::size_t i = 0; i < nodes.size(); ++i)
     for (auto in : nodes[i].inputs) last_use[static_cast<std::size_t>(in)] = i;
@@ -69,6 +77,8 @@ expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor
     }
     if (!made) return with_context(made.error_value(), where(i, n));
     values[i] = std::move(*made);
+    if (on_output)
+      for (std::size_t k : outputs_of[i]) on_output(k, values[i]);
     for (auto id : n.inputs)
       if (last_use[static_cast<std::size_t>(id)] == i) values[static_cast<std::size_t>(id)] = tensor{};
   }

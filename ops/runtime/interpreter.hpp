@@ -5,6 +5,7 @@
 // actor hand-offs would cost more than the kernels. Each intermediate tensor is released after its
 // last use.
 
+#include <functional>
 #include <vector>
 
 #include "ops/graph/graph.hpp"
@@ -16,6 +17,13 @@ namespace af::graph {
 /// graph says -1 may be anything). Errors name the node's op and its label.
 expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters,
                                         backend& device = default_cpu_backend());
+
+/// Called with each output (its position, its value) as soon as its node has run, while the rest
+/// of the graph still runs: a replica starts summing a bucket of gradients with the other replicas'
+/// while its backward pass goes on. On the interpreting thread; it must not throw.
+using output_ready = std::function<void(std::size_t output, const tensor& value)>;
+expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters, backend& device,
+                                        const output_ready& on_output);
 
 /// Checks `values` against the graph's parameter types; invalid_argument naming the first that
 /// differs.

@@ -130,8 +130,11 @@ class model {
   /// batch's mean loss. The non-trainable weights' next values (moving statistics) come unscaled:
   /// each replica keeps its own, as tf.distribute's on-read variables do. Checks the batch as
   /// train_on_batch does; the model is unchanged.
+  /// `on_gradient`, when given, receives each gradient (its index among the trainable weights, its
+  /// value) as soon as the backward pass has computed it, while the rest of the pass goes on.
   expected<replica_gradients> compute_gradients(const std::vector<tensor>& inputs, const std::vector<tensor>& targets,
-                                                uint64_t seed = 0, double share = 1.0);
+                                                uint64_t seed = 0, double share = 1.0,
+                                                const std::function<void(std::size_t, const tensor&)>& on_gradient = {});
   /// The other half: one optimizer update at `learning_rate` with `gradients` (one per trainable
   /// weight, as compute_gradients orders them), and `non_trainable` as those weights' new values.
   /// Counts as an update. Errors name a gradient whose dtype or shape is not its weight's; the

@@ -372,14 +372,21 @@ std::unique_ptr<function> make_apply_step(model::impl& m) {
 }  // namespace
 
 expected<replica_gradients> model::compute_gradients(const std::vector<tensor>& inputs, const std::vector<tensor>& targets,
-                                                     uint64_t seed, double share) {
+                                                     uint64_t seed, double share,
+                                                     const std::function<void(std::size_t, const tensor&)>& on_gradient) {
   auto& m = *impl_;
   AF_TRY_ASSIGN(auto args, checked_batch(m, inputs, targets, "training"));
   if (!m.gradient_step) m.gradient_step = make_gradient_step(m);
   args.push_back(tensor::scalar(static_cast<int64_t>(seed)));
   args.push_back(tensor::scalar(static_cast<float>(share)));
   args.insert(args.end(), m.values.begin(), m.values.end());
-  AF_TRY_ASSIGN(auto out, (*m.gradient_step)(args));
+  const std::size_t first_gradient = 1 + 2 * m.outputs.size(), gradients = m.trainable.size();
+  graph::output_ready ready;
+  if (on_gradient)
+    ready = [&](std::size_t output, const tensor& value) {
+      if (output >= first_gradient && output < first_gradient + gradients) on_gradient(output - first_gradient, value);
+    };
+  AF_TRY_ASSIGN(auto out, m.gradient_step->call(args, ready));
   replica_gradients r;
   AF_TRY_ASSIGN(r.batch, unpack(m, out));
   const std::size_t first = 1 + 2 * m.outputs.size();

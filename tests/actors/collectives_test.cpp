@@ -239,3 +239,46 @@ TEST_CASE("ranks whose sizes make one choose recursive doubling and the other th
   auto later = call_every_rank(ring, {call_id{5, 0}, call_id{5, 0}}, {random_values(16, 3), random_values(16, 4)});
   CHECK_FALSE(later[0]);
 }
+
+TEST_CASE("a rank may start several all-reduces before waiting for any, and they run in its order", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  for (int ranks : {2, 3, 4}) {
+    auto ring = ring_group::start(rt, {.ranks = ranks}).value();
+    // ring, doubling, ring, doubling (on 2 and 4 ranks), then the buckets of a small CNN's gradients
+    const std::vector<int64_t> sizes{5000, 7, 300001, 1, 10, 1280, 128, 32768, 64, 18432, 321};
+    std::vector<std::vector<tensor>> values(static_cast<std::size_t>(ranks));
+    std::vector<std::vector<double>> want(sizes.size());
+    for (std::size_t b = 0; b < sizes.size(); ++b) {
+      want[b].assign(static_cast<std::size_t>(sizes[b]), 0.0);
+      for (int r = 0; r < ranks; ++r) {
+        values[static_cast<std::size_t>(r)].push_back(random_values(sizes[b], 10 * b + static_cast<uint64_t>(r)));
+        for (int64_t i = 0; i < sizes[b]; ++i) want[b][static_cast<std::size_t>(i)] += values[static_cast<std::size_t>(r)][b].data<float>()[i];
+      }
+    }
+    std::vector<std::vector<expected<tensor>>> got(static_cast<std::size_t>(ranks));
+    std::vector<std::thread> replicas;
+    for (int r = 0; r < ranks; ++r)
+      replicas.emplace_back([&, r] {
+        std::vector<pending_result> pending;
+        for (std::size_t b = 0; b < sizes.size(); ++b) {
+          if (r == 1) std::this_thread::sleep_for(1ms);  // one rank starts its calls late
+          pending.push_back(ring.start_all_reduce(r, {3, static_cast<uint32_t>(b)}, values[static_cast<std::size_t>(r)][b]));
+        }
+        for (auto& p : pending) got[static_cast<std::size_t>(r)].push_back(p.get());
+        got[static_cast<std::size_t>(r)].push_back(pending[0].get());  // taken already
+      });
+    for (auto& t : replicas) t.join();
+    for (int r = 0; r < ranks; ++r) {
+      INFO(ranks << " ranks, rank " << r);
+      for (std::size_t b = 0; b < sizes.size(); ++b) {
+        REQUIRE(got[static_cast<std::size_t>(r)][b]);
+        const tensor& sum = *got[static_cast<std::size_t>(r)][b];
+        double worst = 0;
+        for (int64_t i = 0; i < sizes[b]; ++i)
+          worst = std::max(worst, std::fabs(sum.data<float>()[i] - want[b][static_cast<std::size_t>(i)]) / (1.0 + std::fabs(want[b][static_cast<std::size_t>(i)])));
+        CHECK(worst <= 1e-6);
+      }
+      CHECK_FALSE(got[static_cast<std::size_t>(r)].back());
+    }
+  }
+}

@@ -349,3 +349,41 @@ TEST_CASE("two models built alike in one process name their weights alike and lo
   for (std::size_t i = 0; i < names.size(); ++i)
     CHECK(b.weight_values()[i].to_vector<float>() == a.weight_values()[i].to_vector<float>());
 }
+
+TEST_CASE("compute_gradients hands over each gradient as the backward pass makes it, and apply_gradients equals a fused step", "[cpu]") {
+  auto build = [] {
+    auto m = nn::model::sequential(nn::input({6}, dtype::f32, "x"),
+                                   {nn::dense(8, {.activation = "relu", .name = "h"}), nn::dense(3, {.name = "o"})}, {.seed = 9});
+    REQUIRE(m);
+    REQUIRE(m->compile({.optimizer = optimizers::optimizer::adam({.learning_rate = 0.01}), .loss = {nn::sparse_categorical_crossentropy()}}));
+    return std::move(*m);
+  };
+  auto fused = build();
+  auto split = build();
+  auto x = random_normal({5, 6}, 3).value();
+  auto y = tensor::from_vector<int64_t>({0, 1, 2, 1, 0});
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::pair<std::size_t, tensor>> seen;
+    auto g = split.compute_gradients({x}, {y}, 0, 1.0, [&](std::size_t k, const tensor& t) { seen.emplace_back(k, t); });
+    REQUIRE(g);
+    REQUIRE(seen.size() == split.trainable_indices().size());
+    for (const auto& [k, t] : seen) CHECK(t.to_vector<float>() == g->gradients[k].to_vector<float>());
+    CHECK(seen.front().first > seen.back().first);  // the last layer's gradients come first
+    REQUIRE(split.apply_gradients(g->gradients, g->non_trainable, split.learning_rate()));
+    auto f = fused.train_on_batch({x}, {y}, 0);
+    REQUIRE(f);
+    CHECK(g->batch.loss == Approx(f->loss).epsilon(1e-6));
+  }
+  CHECK(split.updates_done() == 3);
+  for (std::size_t i = 0; i < split.weight_values().size(); ++i) {
+    const auto a = split.weight_values()[i].to_vector<float>(), b = fused.weight_values()[i].to_vector<float>();
+    for (std::size_t k = 0; k < a.size(); ++k) CHECK(a[k] == Approx(b[k]).epsilon(1e-5).margin(1e-7));
+  }
+  // A gradient of another shape is refused, naming the weight, and changes nothing.
+  auto wrong = split.apply_gradients({tensor::zeros({2}, dtype::f32).value(), tensor::zeros({8}, dtype::f32).value(),
+                                      tensor::zeros({8, 3}, dtype::f32).value(), tensor::zeros({3}, dtype::f32).value()},
+                                     {}, 0.1);
+  REQUIRE_FALSE(wrong);
+  CHECK_THAT(wrong.error_value().message, Catch::Contains("h/kernel"));
+  CHECK(split.updates_done() == 3);
+}

@@ -73,13 +73,14 @@ bool same_weights(const nn::model& a, const nn::model& b) {
 
 /// `steps` updates of `model` through `replicas` replicas (1: train_on_batch itself) on the same
 /// global batches; the losses it reported.
-std::vector<double> train_steps(runtime& rt, nn::model& model, int replicas, const std::vector<int64_t>& rows_per_step) {
+std::vector<double> train_steps(runtime& rt, nn::model& model, int replicas, const std::vector<int64_t>& rows_per_step,
+                                distribute::mirrored_options options = {}) {
   std::vector<double> losses;
   std::unique_ptr<distribute::replica_set> set;
   if (replicas > 1) {
     std::vector<std::string> devices;
     for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
-    auto s = distribute::mirrored_strategy(devices);
+    auto s = distribute::mirrored_strategy(devices, options);
     REQUIRE(s);
     auto started = (*s)->start(rt, model);
     REQUIRE(started);
@@ -102,15 +103,22 @@ TEST_CASE("2 and 4 replicas end with the weights of one replica given the same g
   const std::vector<int64_t> twenty_steps(20, 64);
   const bool cnn = GENERATE(false, true);
   const int replicas = GENERATE(2, 4);
-  INFO((cnn ? "CNN" : "MLP") << " on " << replicas << " replicas");
+  // One bucket, or a bucket per few weights reduced while the backward pass goes on, or after it.
+  const std::size_t bucket_bytes = GENERATE(std::size_t{25} << 20, std::size_t{4096});
+  const bool overlap = GENERATE(true, false);
+  INFO((cnn ? "CNN" : "MLP") << " on " << replicas << " replicas, buckets of " << bucket_bytes << " bytes, overlap " << overlap);
+  // The CNN trains with SGD: Adam divides each gradient by its own running magnitude, so a gradient
+  // that is zero up to rounding on one side and exactly zero on the other (the replicas sum in
+  // another order than one replica does) moves its weight by a whole learning rate; over 20 steps
+  // that put a CNN bias 1e-2 apart with 4 KB buckets (one step of SGD: 1e-8 apart).
   auto make = [&] {
-    return cnn ? digits_like_cnn(optimizers::optimizer::adam({.learning_rate = 0.001}))
-               : digits_like_mlp(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}));
+    return cnn ? digits_like_cnn(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}))
+               : digits_like_mlp(optimizers::optimizer::adam({.learning_rate = 0.001}));
   };
   auto one = make();
   auto many = make();
   const auto losses_one = train_steps(rt, one, 1, twenty_steps);
-  const auto losses_many = train_steps(rt, many, replicas, twenty_steps);
+  const auto losses_many = train_steps(rt, many, replicas, twenty_steps, {.bucket_bytes = bucket_bytes, .overlap = overlap});
   CHECK(weight_distance(many, one) <= 1e-5);
   CHECK(weight_distance(one, make()) > 1e-3);  // the steps did move the weights
   for (std::size_t s = 0; s < losses_one.size(); ++s) CHECK(losses_many[s] == Approx(losses_one[s]).epsilon(1e-5));
