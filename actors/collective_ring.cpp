@@ -236,9 +236,16 @@ void fail_mismatch(rank_actor* self, const chunk_message& m, int sender) {
 void send_doubling(rank_actor* self, const running_call& call, int round) {
   const auto& c = call.spec;
   const int partner = self->state.rank ^ (1 << round);
+  auto copy = call.buffer.clone();
+  if (!copy) {  // the others would wait for this rank in vain: fail them all, naming why
+    fail_all(self, with_context(copy.error_value(), self->state.name + " call #" + std::to_string(call.seq) + " on rank " +
+                                                        std::to_string(self->state.rank)),
+             true);
+    return;
+  }
   self->send(self->state.peers[static_cast<std::size_t>(partner)], chunk_atom::value, call.seq, c.id.step, c.id.bucket,
              static_cast<int32_t>(c.kind), c.root, static_cast<int32_t>(c.type), c.numel, static_cast<int32_t>(round),
-             call.buffer.clone().value());
+             std::move(*copy));
 }
 
 int doubling_rounds(int ranks) {
@@ -314,9 +321,11 @@ void apply(rank_actor* self, chunk_message&& m) {
 
 // A rank's own buffer for a call: the caller's tensor itself when nothing else holds its storage
 // (a gradient handed over with std::move), else a copy.
-tensor own_buffer(tensor& value, int64_t numel) {
-  if (value.is_unique() && value.is_contiguous() && value.offset() == 0) return value.reshape({numel}).value();
-  return value.contiguous().value().reshape({numel}).value().clone().value();
+expected<tensor> own_buffer(tensor& value, int64_t numel) {
+  if (value.is_unique() && value.is_contiguous() && value.offset() == 0) return value.reshape({numel});
+  AF_TRY_ASSIGN(auto dense, value.contiguous());
+  AF_TRY_ASSIGN(auto flat, dense.reshape({numel}));
+  return flat.clone();
 }
 
 // Starts a call: this rank's buffer, and what it sends before it has received anything.
@@ -324,18 +333,30 @@ void start_call(rank_actor* self, running_call&& call, tensor& value) {
   auto& s = self->state;
   const int n = s.ranks;
   const auto& c = call.spec;
+  error no_buffer;
   if (c.kind == op_kind::all_gather) {
-    call.buffer = tensor::empty({c.numel * n}, c.type).value();
-    copy_chunk(call.buffer, c.numel * s.rank, value.contiguous().value().reshape({c.numel}).value());
+    auto buffer = tensor::empty({c.numel * n}, c.type);
+    auto dense = value.contiguous();
+    if (buffer && dense) {
+      call.buffer = std::move(*buffer);
+      copy_chunk(call.buffer, c.numel * s.rank, dense->reshape({c.numel}).value());
+    } else {
+      no_buffer = buffer ? dense.error_value() : buffer.error_value();
+    }
     af::shape dims{n};
     for (int64_t d : value.shape()) dims.push_back(d);
     call.result = dims;
   } else {
     call.result = value.shape();
-    call.buffer = own_buffer(value, c.numel);
+    auto buffer = own_buffer(value, c.numel);
+    if (buffer) call.buffer = std::move(*buffer);
+    else no_buffer = buffer.error_value();
   }
   s.current = std::move(call);
   auto& running = *s.current;
+  if (no_buffer)  // the others would wait for this rank in vain: fail them all, naming why
+    return fail_all(self, with_context(no_buffer, s.name + " call #" + std::to_string(running.seq) + " on rank " + std::to_string(s.rank)),
+                    true);
   if (n == 1) return finish(self);
   if (c.kind == op_kind::all_reduce_doubling)
     send_doubling(self, running, 0);
@@ -530,7 +551,8 @@ pending_result ring_group::start_all_reduce(int rank, call_id id, tensor value) 
     p->refused = error{errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)"};
     return pending_result{std::move(p)};
   }
-  const op_kind kind = value.nbytes() <= impl_->doubling_max_bytes ? op_kind::all_reduce_doubling : op_kind::all_reduce;
+  const op_kind kind =
+      impl_->doubling_max_bytes > 0 && value.nbytes() <= impl_->doubling_max_bytes ? op_kind::all_reduce_doubling : op_kind::all_reduce;
   call_rank_later(*p, *impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], kind, 0, id, std::move(value));
   return pending_result{std::move(p)};
 }

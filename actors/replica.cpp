@@ -73,17 +73,22 @@ std::vector<bucket> plan_buckets(const std::vector<shape>& shapes, const std::ve
   return out;
 }
 
-// The last bucket ends with one more element: the sum over replicas of 2^rank for each replica
-// whose part of the step failed (exact in f32 for ranks below 24; beyond, only "some replica"). It
-// is started last, once the replica knows how its part went.
-double failure_bit(int rank) { return rank < 24 ? static_cast<double>(int64_t{1} << rank) : 1.0; }
+// The last bucket ends with one more element, the sum over replicas of each failed replica's mark:
+// 2^rank in a group of up to 24 (exact in f32, so the message names them), else 1 (a count). It is
+// started last, once the replica knows how its part went.
+constexpr int named_failures_up_to = 24;
+
+double failure_mark(int rank, int replicas) {
+  return replicas <= named_failures_up_to ? static_cast<double>(int64_t{1} << rank) : 1.0;
+}
 
 std::string failed_ranks(double flags, int replicas) {
+  if (replicas > named_failures_up_to) return std::to_string(static_cast<int64_t>(flags)) + " replica(s)";
   const auto bits = static_cast<int64_t>(flags);
   std::string out;
-  for (int r = 0; r < std::min(replicas, 24); ++r)
+  for (int r = 0; r < replicas; ++r)
     if (bits & (int64_t{1} << r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out.empty() ? "a replica" : "replica " + out;
+  return "replica " + out;
 }
 
 /// Bucket `b` as one flat tensor: each member's gradient (zeros where `gradients` has none), then
@@ -153,7 +158,7 @@ class bucket_reducer {
         if (!gradients_[k].defined() && !failed_) arrived(k, outcome->gradients[k]);
     const bool ok = outcome && !failed_;
     if (!ok || idle) gradients_.assign(gradients_.size(), tensor{});  // zeros for what is not started yet
-    while (started_ < g_.buckets.size()) start(started_, ok ? 0.0 : failure_bit(rank_));
+    while (started_ < g_.buckets.size()) start(started_, ok ? 0.0 : failure_mark(rank_, g_.replicas));
     std::vector<tensor> summed(gradients_.size());
     double flags = 0;
     error ring_failure;
@@ -350,7 +355,7 @@ int replica_group::size() const noexcept { return impl_->size(); }
 expected<nn::batch_result> replica_group::train_step(std::vector<batch_slice> slices, uint64_t seed) {
   auto& g = *impl_;
   const int n = g.size();
-  if (g.broken) return *g.broken;
+  if (g.broken) return with_context(*g.broken, g.group->name + ": the group stopped at an earlier step");
   if (static_cast<int>(slices.size()) != n)
     return make_error(errc::invalid_argument, g.group->name + ": " + std::to_string(slices.size()) + " slices for " + std::to_string(n) + " replicas");
   std::vector<int64_t> rows;

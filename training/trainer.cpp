@@ -221,6 +221,7 @@ expected<history> fit(runtime& rt, nn::model& model, const data::dataset& train,
     ctx.position = std::move(at);
     AF_TRY(replicas.sync_into_model());
     AF_TRY(for_each_callback(options, [&](callback& cb) { return cb.on_batch_end(ctx, running); }));
+    AF_TRY(replicas.reload_from_model());  // what the callbacks saw (or changed) is what every replica goes on from
     progress->update(ctx.batch_in_epoch, samples, running);
     return {};
   };

@@ -338,7 +338,8 @@ std::unique_ptr<function> make_gradient_step(model::impl& m) {
     std::vector<sym> out{loss};
     out.insert(out.end(), each.begin(), each.end());
     out.insert(out.end(), predictions.begin(), predictions.end());
-    for (auto& g : gradients(loss * share, trainable)) out.push_back(g);
+    const sym scaled = loss.dtype_of() == share.dtype_of() ? loss * share : loss * cast(share, loss.dtype_of());
+    for (auto& g : gradients(scaled, trainable)) out.push_back(g);
     std::vector<sym> next_w = w;
     for (const auto& [i, value] : assigned) next_w[static_cast<std::size_t>(i)] = value;
     for (int i : m.non_trainable) out.push_back(next_w[static_cast<std::size_t>(i)]);

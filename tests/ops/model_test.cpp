@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <vector>
 
 #include "ops/random.hpp"
@@ -367,7 +368,12 @@ TEST_CASE("compute_gradients hands over each gradient as the backward pass makes
     auto g = split.compute_gradients({x}, {y}, 0, 1.0, [&](std::size_t k, const tensor& t) { seen.emplace_back(k, t); });
     REQUIRE(g);
     REQUIRE(seen.size() == split.trainable_indices().size());
-    for (const auto& [k, t] : seen) CHECK(t.to_vector<float>() == g->gradients[k].to_vector<float>());
+    std::set<std::size_t> each;
+    for (const auto& [k, t] : seen) {
+      each.insert(k);
+      CHECK(t.to_vector<float>() == g->gradients[k].to_vector<float>());
+    }
+    CHECK(each.size() == seen.size());  // every gradient once
     CHECK(seen.front().first > seen.back().first);  // the last layer's gradients come first
     REQUIRE(split.apply_gradients(g->gradients, g->non_trainable, split.learning_rate()));
     auto f = fused.train_on_batch({x}, {y}, 0);
@@ -380,10 +386,12 @@ TEST_CASE("compute_gradients hands over each gradient as the backward pass makes
     for (std::size_t k = 0; k < a.size(); ++k) CHECK(a[k] == Approx(b[k]).epsilon(1e-5).margin(1e-7));
   }
   // A gradient of another shape is refused, naming the weight, and changes nothing.
+  const auto before = split.weight_values();
   auto wrong = split.apply_gradients({tensor::zeros({2}, dtype::f32).value(), tensor::zeros({8}, dtype::f32).value(),
                                       tensor::zeros({8, 3}, dtype::f32).value(), tensor::zeros({3}, dtype::f32).value()},
                                      {}, 0.1);
   REQUIRE_FALSE(wrong);
   CHECK_THAT(wrong.error_value().message, Catch::Contains("h/kernel"));
   CHECK(split.updates_done() == 3);
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(split.weight_values()[i].to_vector<float>() == before[i].to_vector<float>());
 }
