@@ -44,26 +44,25 @@ class mirrored_replicas final : public replica_set {
                                             uint64_t seed) override {
     if (inputs.empty() || inputs[0].ndim() == 0)
       return make_error(errc::invalid_argument, "mirrored: the batch has no inputs with a batch dimension");
-    const auto rows = split_rows(inputs[0].dim(0), group_.size());
+    const int64_t batch = inputs[0].dim(0);
+    const auto rows = split_rows(batch, group_.size());
     std::vector<replicas::batch_slice> slices(rows.size());
+    // Rows [start, stop) of every tensor in `from`, appended to `to`.
+    auto take = [&](const std::vector<tensor>& from, int64_t start, int64_t stop, std::vector<tensor>& to) -> expected<void> {
+      for (const auto& t : from) {
+        if (t.ndim() == 0 || t.dim(0) != batch)
+          return make_error(errc::shape_mismatch, "mirrored: every input and target needs the batch's " + std::to_string(batch) +
+                                                      " rows along its first axis");
+        AF_TRY_ASSIGN(auto part, t.slice(0, start, stop));
+        to.push_back(std::move(part));
+      }
+      return {};
+    };
     int64_t start = 0;
     for (std::size_t r = 0; r < rows.size(); ++r) {
-      const int64_t stop = start + rows[r];
-      for (const auto& x : inputs) {
-        if (x.ndim() == 0 || x.dim(0) != inputs[0].dim(0))
-          return make_error(errc::shape_mismatch, "mirrored: every input and target needs the batch's " + std::to_string(inputs[0].dim(0)) +
-                                                      " rows along its first axis");
-        AF_TRY_ASSIGN(auto part, x.slice(0, start, stop));
-        slices[r].inputs.push_back(std::move(part));
-      }
-      for (const auto& y : targets) {
-        if (y.ndim() == 0 || y.dim(0) != inputs[0].dim(0))
-          return make_error(errc::shape_mismatch, "mirrored: every input and target needs the batch's " + std::to_string(inputs[0].dim(0)) +
-                                                      " rows along its first axis");
-        AF_TRY_ASSIGN(auto part, y.slice(0, start, stop));
-        slices[r].targets.push_back(std::move(part));
-      }
-      start = stop;
+      AF_TRY(take(inputs, start, start + rows[r], slices[r].inputs));
+      AF_TRY(take(targets, start, start + rows[r], slices[r].targets));
+      start += rows[r];
     }
     return group_.train_step(std::move(slices), seed);
   }

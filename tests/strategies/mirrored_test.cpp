@@ -160,6 +160,12 @@ TEST_CASE("a bad slice fails the step naming its replica, and no replica applies
   CHECK(model.updates_done() == 1);
   CHECK(weight_distance(model, reference) <= 1e-6);  // replica 0 as it was; the next step shows replica 1 was too
 
+  // Targets that do not have the batch's rows are refused before any replica steps.
+  auto short_targets = set->train_on_batch({good.images}, {tensor::from_vector<int64_t>({1, 2, 3})}, 0);
+  REQUIRE_FALSE(short_targets);
+  CHECK_THAT(short_targets.error_value().message, Catch::Contains("the batch's 16 rows"));
+  CHECK(model.updates_done() == 1);
+
   // The group goes on in step: the next good batch lands where one replica's does.
   auto next = make_batch(16, 3);
   REQUIRE(set->train_on_batch({next.images}, {next.labels}, 0));
