@@ -28,6 +28,7 @@
 #include "actors/message_types.hpp"
 #include "actors/resume_ordered.hpp"
 #include "actors/runtime.hpp"
+#include "actors/stop_actors.hpp"
 
 namespace af::collectives {
 
@@ -448,11 +449,7 @@ struct ring_group::impl {
   std::size_t doubling_max_bytes = 0;  // 0: never (the ranks are not a power of two)
 
   ~impl() {
-    if (!sys) return;
-    caf::scoped_actor self{*sys};
-    for (const auto& r : ranks) self->monitor(r);
-    for (const auto& r : ranks) self->send_exit(r, caf::exit_reason::user_shutdown);
-    for (std::size_t i = 0; i < ranks.size(); ++i) self->receive([](const caf::down_msg&) {});
+    if (sys) stop_and_wait(*sys, ranks);
   }
 };
 

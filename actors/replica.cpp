@@ -19,6 +19,7 @@
 #include "actors/collectives.hpp"
 #include "actors/message_types.hpp"
 #include "actors/runtime.hpp"
+#include "actors/stop_actors.hpp"
 #include "ops/array_ops.hpp"
 #include "ops/parallel.hpp"
 #include "ops/reduce.hpp"
@@ -297,11 +298,7 @@ struct replica_group::impl {
   int size() const { return static_cast<int>(others.size()) + 1; }
 
   ~impl() {
-    if (!sys) return;
-    caf::scoped_actor self{*sys};
-    for (const auto& r : others) self->monitor(r);
-    for (const auto& r : others) self->send_exit(r, caf::exit_reason::user_shutdown);
-    for (std::size_t i = 0; i < others.size(); ++i) self->receive([](const caf::down_msg&) {});
+    if (sys) stop_and_wait(*sys, others);
   }
 };
 
