@@ -17,14 +17,17 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "actors/caf_error.hpp"
+#include "actors/collective_link.hpp"
 #include "actors/message_types.hpp"
 #include "actors/resume_ordered.hpp"
 #include "actors/runtime.hpp"
@@ -35,7 +38,6 @@ namespace af::collectives {
 namespace {
 
 using contribute_atom = caf::atom_constant<caf::atom("af_contrib")>;
-using neighbour_atom = caf::atom_constant<caf::atom("af_neighb")>;
 using peers_atom = caf::atom_constant<caf::atom("af_peers")>;
 using chunk_atom = caf::atom_constant<caf::atom("af_chunk")>;
 using abort_atom = caf::atom_constant<caf::atom("af_abort")>;
@@ -49,6 +51,12 @@ struct arrivals {
   void arrived(int rank) {
     std::lock_guard<std::mutex> guard{mtx};
     ++calls[static_cast<std::size_t>(rank)];
+  }
+  // A rank in another process has started call `seq` (a chunk of it came from there).
+  void heard(int rank, uint64_t seq) {
+    std::lock_guard<std::mutex> guard{mtx};
+    auto& c = calls[static_cast<std::size_t>(rank)];
+    c = std::max(c, seq + 1);
   }
   std::string missing(uint64_t seq) {
     std::lock_guard<std::mutex> guard{mtx};
@@ -108,13 +116,21 @@ struct running_call {
   std::map<int, chunk_message> ahead;  // recursive doubling: partners' buffers for later rounds
 };
 
+// This process's links to the others of a ring spanning processes.
+struct remote_links {
+  mesh::group_shape group;
+  std::vector<std::shared_ptr<mesh::link>> links;  // by process; null for this one
+
+  mesh::link& to(int rank) const { return *links[static_cast<std::size_t>(group.process_of(rank))]; }
+};
+
 struct rank_state {
   int rank = 0, ranks = 1;
+  std::shared_ptr<const remote_links> remote;  // null: every rank is in this process
   std::string name;
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<arrivals> arrived;
-  caf::actor right;
-  std::vector<caf::actor> peers;  // every rank, for recursive doubling's partners
+  std::vector<caf::actor> peers;  // every rank of this process, by rank (others' are null)
   uint64_t next_seq = 0;                        // calls this rank has started
   std::optional<running_call> current;
   // Calls made while another runs (a replica starts a bucket's all-reduce before the previous
@@ -167,10 +183,56 @@ tensor chunk_view(const running_call& call, int ranks, int chunk) {
   return call.buffer.slice(0, begin, end).value();
 }
 
-void send(rank_actor* self, const running_call& call, int round, tensor data) {
+bool is_local(const rank_state& s, int rank) { return !s.remote || s.remote->group.local(rank); }
+
+void fail_all(rank_actor* self, const error& why, bool tell_ring);
+
+// A link to another process failed under this rank: every rank of this process fails alike (the
+// link's reader tells them too when the peer is gone; a stalled peer only this way).
+void link_failed(rank_actor* self, const error& why) {
+  auto& s = self->state;
+  fail_all(self, why, false);
+  for (const auto& peer : s.peers)
+    if (peer && peer != caf::actor_cast<caf::actor>(self)) self->send(peer, abort_atom::value, static_cast<int32_t>(why.code), why.message);
+}
+
+// A chunk for rank `to`: a message to its actor in this process, or its bytes written into the
+// link to its process, whose reader there turns them back into this message.
+void send_chunk(rank_actor* self, int to, const running_call& call, int round, tensor data) {
+  auto& s = self->state;
   const auto& c = call.spec;
-  self->send(self->state.right, chunk_atom::value, call.seq, c.id.step, c.id.bucket, static_cast<int32_t>(c.kind), c.root, static_cast<int32_t>(c.type),
-             c.numel, static_cast<int32_t>(round), std::move(data));
+  if (is_local(s, to)) {
+    self->send(s.peers[static_cast<std::size_t>(to)], chunk_atom::value, call.seq, c.id.step, c.id.bucket, static_cast<int32_t>(c.kind),
+               c.root, static_cast<int32_t>(c.type), c.numel, static_cast<int32_t>(round), std::move(data));
+    return;
+  }
+  mesh::wire_header h;
+  h.magic = mesh::wire_magic, h.version = mesh::wire_version, h.type = static_cast<uint16_t>(mesh::message_type::chunk);
+  h.to_rank = to, h.from_rank = s.rank, h.seq = call.seq, h.step = c.id.step, h.bucket = c.id.bucket;
+  h.kind = static_cast<int32_t>(c.kind), h.root = c.root, h.dtype = static_cast<int32_t>(c.type), h.numel = c.numel, h.round = round;
+  h.payload_bytes = data.nbytes();
+  if (auto sent = s.remote->to(to).write(h, data.raw_data()); !sent)
+    link_failed(self, with_context(sent.error_value(), s.name + " call #" + std::to_string(call.seq) + " " + describe(c.id) + ": rank " +
+                                                           std::to_string(s.rank) + " sending to rank " + std::to_string(to)));
+}
+
+void send_abort(rank_actor* self, int to, const error& why) {
+  auto& s = self->state;
+  if (is_local(s, to)) {
+    self->send(s.peers[static_cast<std::size_t>(to)], abort_atom::value, static_cast<int32_t>(why.code), why.message);
+    return;
+  }
+  const std::string text = why.message.substr(0, mesh::max_abort_text);
+  mesh::wire_header h;
+  h.magic = mesh::wire_magic, h.version = mesh::wire_version, h.type = static_cast<uint16_t>(mesh::message_type::abort);
+  h.to_rank = to, h.from_rank = s.rank, h.code = static_cast<int32_t>(why.code), h.payload_bytes = text.size();
+  (void)s.remote->to(to).write(h, text.data());  // a broken link: its reader tells that side
+}
+
+int right_of(const rank_state& s) { return (s.rank + 1) % s.ranks; }
+
+void send(rank_actor* self, const running_call& call, int round, tensor data) {
+  send_chunk(self, right_of(self->state), call, round, std::move(data));
 }
 
 // Which chunk a rank sends in a round. all_reduce: reduce-scatter rounds 0..n-2 send chunk r-k,
@@ -208,7 +270,7 @@ void fail_all(rank_actor* self, const error& why, bool tell_ring) {
   for (auto& [call, value] : s.queued) call.answer.deliver(to_caf_error(why));
   s.queued.clear();
   s.early.clear();
-  if (tell_ring) self->send(s.right, abort_atom::value, static_cast<int32_t>(why.code), why.message);
+  if (tell_ring && s.ranks > 1) send_abort(self, right_of(s), why);
 }
 
 void begin_next(rank_actor* self);
@@ -235,7 +297,6 @@ void fail_mismatch(rank_actor* self, const chunk_message& m, int sender) {
 // same two buffers (a + b is b + a, bit for bit), so every rank ends with the same bits. Buffers
 // travel as copies: a rank adds into its own while its partner may not have read it yet.
 void send_doubling(rank_actor* self, const running_call& call, int round) {
-  const auto& c = call.spec;
   const int partner = self->state.rank ^ (1 << round);
   auto copy = call.buffer.clone();
   if (!copy) {  // the others would wait for this rank in vain: fail them all, naming why
@@ -244,9 +305,7 @@ void send_doubling(rank_actor* self, const running_call& call, int round) {
              true);
     return;
   }
-  self->send(self->state.peers[static_cast<std::size_t>(partner)], chunk_atom::value, call.seq, c.id.step, c.id.bucket,
-             static_cast<int32_t>(c.kind), c.root, static_cast<int32_t>(c.type), c.numel, static_cast<int32_t>(round),
-             std::move(*copy));
+  send_chunk(self, partner, call, round, std::move(*copy));
 }
 
 int doubling_rounds(int ranks) {
@@ -391,11 +450,11 @@ void begin_next(rank_actor* self) {
 }
 
 caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string name, std::chrono::milliseconds timeout,
-                             std::shared_ptr<arrivals> arrived) {
+                             std::shared_ptr<arrivals> arrived, std::shared_ptr<const remote_links> remote) {
   auto& s = self->state;
   s.rank = rank, s.ranks = ranks, s.name = std::move(name), s.timeout = timeout, s.arrived = std::move(arrived);
+  s.remote = std::move(remote);
   return {
-      [=](neighbour_atom, caf::actor right) { self->state.right = std::move(right); },
       [=](peers_atom, std::vector<caf::actor> peers) { self->state.peers = std::move(peers); },
       [=](contribute_atom, int32_t kind, int32_t root, uint64_t step, uint32_t bucket, tensor& value) {
         auto& st = self->state;
@@ -441,34 +500,128 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
   };
 }
 
+// A link's reader: every message from that process becomes the message to the rank it names
+// here; a link that breaks (the process died, or sent bytes that are not a collective's) fails
+// every rank here, naming the process.
+void read_link(std::shared_ptr<const remote_links> remote, int process, std::vector<caf::actor> peers, std::shared_ptr<arrivals> arrived,
+               std::string name, uint64_t max_message_bytes) {
+  auto& link = *remote->links[static_cast<std::size_t>(process)];
+  auto fail_every_rank = [&](const error& why) {
+    const auto named = with_context(why, name + ": the link from process " + std::to_string(process));
+    for (const auto& rank : peers)
+      if (rank) caf::anon_send(rank, abort_atom::value, static_cast<int32_t>(named.code), named.message);
+  };
+  for (;;) {
+    auto header = mesh::read_header(link, remote->group, max_message_bytes);
+    if (!header) {
+      if (header.error_value().code != errc::cancelled) fail_every_rank(header.error_value());
+      return;
+    }
+    const auto& h = *header;
+    const auto& to = peers[static_cast<std::size_t>(h.to_rank)];
+    if (h.type == static_cast<uint16_t>(mesh::message_type::abort)) {
+      std::string text(h.payload_bytes, '\0');
+      if (auto got = link.read(text.data(), text.size()); !got) {
+        if (got.error_value().code != errc::cancelled) fail_every_rank(got.error_value());
+        return;
+      }
+      const bool known = h.code > 0 && h.code <= static_cast<int32_t>(errc::failed_precondition);
+      caf::anon_send(to, abort_atom::value, known ? h.code : static_cast<int32_t>(errc::internal), text);
+      continue;
+    }
+    const auto type = static_cast<dtype>(h.dtype);
+    auto chunk = tensor::empty({static_cast<int64_t>(h.payload_bytes / size_of(type))}, type);
+    if (!chunk) return fail_every_rank(chunk.error_value());  // its bytes cannot be skipped unread: the link is done
+    if (h.payload_bytes > 0)
+      if (auto got = link.read(chunk->raw_data(), h.payload_bytes); !got) {
+        if (got.error_value().code != errc::cancelled) fail_every_rank(got.error_value());
+        return;
+      }
+    arrived->heard(h.from_rank, h.seq);
+    caf::anon_send(to, chunk_atom::value, h.seq, h.step, h.bucket, h.kind, h.root, h.dtype, h.numel, h.round, std::move(*chunk));
+  }
+}
+
+expected<std::pair<std::string, uint16_t>> parse_address(const std::string& name, const std::string& address) {
+  const auto colon = address.rfind(':');
+  const std::string port_text = colon == std::string::npos ? "" : address.substr(colon + 1);
+  char* end = nullptr;
+  const long port = port_text.empty() ? 0 : std::strtol(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end != '\0' || port < 1 || port > 65535)
+    return make_error(errc::invalid_argument, name + ": rendezvous '" + address + "' is not host:port with a port from 1 to 65535");
+  return std::pair<std::string, uint16_t>{address.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
 }  // namespace
 
 struct ring_group::impl {
   caf::actor_system* sys = nullptr;
-  std::vector<caf::actor> ranks;
+  int ranks = 0, first_local = 0;
+  std::vector<caf::actor> local;  // this process's rank actors, from first_local on
+  std::shared_ptr<remote_links> remote;
+  std::vector<std::thread> readers;
   std::size_t doubling_max_bytes = 0;  // 0: never (the ranks are not a power of two)
 
   ~impl() {
-    if (sys) stop_and_wait(*sys, ranks);
+    if (sys) stop_and_wait(*sys, local);
+    if (!remote) return;
+    // Every message this process owed the others is written: they read to its end, then see it close.
+    for (auto& l : remote->links)
+      if (l) l->close_writing(), l->stop_reading();
+    for (auto& t : readers) t.join();
   }
 };
 
 expected<ring_group> ring_group::start(runtime& rt, ring_options options) {
   if (options.ranks < 1) return make_error(errc::invalid_argument, options.name + ": a ring needs at least one rank");
   if (options.timeout.count() <= 0) return make_error(errc::invalid_argument, options.name + ": the timeout must be positive");
+  auto& across = options.across;
+  if (across.processes < 1 || across.process < 0 || across.process >= across.processes || options.ranks % across.processes != 0)
+    return make_error(errc::invalid_argument, options.name + ": process " + std::to_string(across.process) + " of " +
+                                                  std::to_string(across.processes) + " cannot own an equal share of " + std::to_string(options.ranks) +
+                                                  " ranks");
   auto state = std::make_unique<impl>();
   state->sys = &rt.system();
+  state->ranks = options.ranks;
+  const int per_process = options.ranks / across.processes;
+  state->first_local = across.process * per_process;
+  if (across.processes > 1) {
+    if (across.token.empty())
+      if (const char* env = std::getenv("AF_COLLECTIVE_TOKEN")) across.token = env;
+    if (across.token.empty())
+      return make_error(errc::invalid_argument, options.name + ": a ring across processes needs a shared token (process_options::token or AF_COLLECTIVE_TOKEN)");
+    AF_TRY_ASSIGN(auto address, parse_address(options.name, across.rendezvous));
+    mesh::mesh_options mesh;
+    mesh.group = {options.ranks, across.processes, across.process};
+    mesh.name = options.name, mesh.token = across.token;
+    mesh.rendezvous_host = address.first, mesh.rendezvous_port = address.second, mesh.bind_host = across.bind_host;
+    mesh.transport = static_cast<mesh::transport_choice>(across.transport);
+    mesh.shared_memory_bytes = across.shared_memory_bytes;
+    mesh.connect_timeout = across.connect_timeout, mesh.stall_timeout = options.timeout;
+    std::atomic<bool> never{false};
+    AF_TRY_ASSIGN(auto links, mesh::connect(mesh, never));
+    state->remote = std::make_shared<remote_links>();
+    state->remote->group = mesh.group;
+    for (auto& l : links) state->remote->links.emplace_back(std::move(l));
+    options.own_threads = true;  // a rank may wait on a link: never on a scheduler worker
+  }
   auto arrived = std::make_shared<arrivals>();
   arrived->calls.assign(static_cast<std::size_t>(options.ranks), 0);
-  for (int r = 0; r < options.ranks; ++r)
-    state->ranks.push_back(options.own_threads
-                               ? state->sys->spawn<caf::detached>(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived)
-                               : state->sys->spawn(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived));
-  for (int r = 0; r < options.ranks; ++r) {
-    caf::anon_send(state->ranks[static_cast<std::size_t>(r)], neighbour_atom::value,
-                   state->ranks[static_cast<std::size_t>((r + 1) % options.ranks)]);
-    caf::anon_send(state->ranks[static_cast<std::size_t>(r)], peers_atom::value, state->ranks);
+  std::vector<caf::actor> peers(static_cast<std::size_t>(options.ranks));
+  for (int r = state->first_local; r < state->first_local + per_process; ++r) {
+    auto rank = options.own_threads ? state->sys->spawn<caf::detached>(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived,
+                                                                        std::shared_ptr<const remote_links>{state->remote})
+                                    : state->sys->spawn(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived,
+                                                        std::shared_ptr<const remote_links>{});
+    peers[static_cast<std::size_t>(r)] = rank;
+    state->local.push_back(std::move(rank));
   }
+  for (const auto& rank : state->local) caf::anon_send(rank, peers_atom::value, peers);
+  if (state->remote)
+    for (int p = 0; p < across.processes; ++p)
+      if (p != across.process)
+        state->readers.emplace_back(read_link, std::shared_ptr<const remote_links>{state->remote}, p, peers, arrived, options.name,
+                                    across.max_message_bytes);
   const bool power_of_two = (options.ranks & (options.ranks - 1)) == 0;
   state->doubling_max_bytes = power_of_two && options.ranks > 1 ? options.doubling_max_bytes : 0;
   return ring_group{std::move(state)};
@@ -479,7 +632,16 @@ ring_group::ring_group(ring_group&&) noexcept = default;
 ring_group& ring_group::operator=(ring_group&&) noexcept = default;
 ring_group::~ring_group() = default;
 
-int ring_group::ranks() const noexcept { return static_cast<int>(impl_->ranks.size()); }
+int ring_group::ranks() const noexcept { return impl_->ranks; }
+int ring_group::first_local_rank() const noexcept { return impl_->first_local; }
+int ring_group::local_ranks() const noexcept { return static_cast<int>(impl_->local.size()); }
+
+std::string ring_group::transport_to(int process) const {
+  if (!impl_->remote) return process == 0 ? "in process" : "no such process";
+  const auto& links = impl_->remote->links;
+  if (process < 0 || process >= static_cast<int>(links.size())) return "no such process";
+  return links[static_cast<std::size_t>(process)] ? links[static_cast<std::size_t>(process)]->transport() : "in process";
+}
 
 using contribute_handle = decltype(std::declval<caf::scoped_actor&>()->request(
     std::declval<const caf::actor&>(), caf::infinite, contribute_atom::value, int32_t{}, int32_t{}, uint64_t{}, uint32_t{}, tensor{}));
@@ -528,6 +690,9 @@ error ring_group::check_rank(const char* what, int rank, const tensor& value) co
   if (rank < 0 || rank >= ranks())
     return error{errc::invalid_argument, std::string{what} + ": rank " + std::to_string(rank) + " is outside the ring of " +
                                              std::to_string(ranks())};
+  if (rank < first_local_rank() || rank >= first_local_rank() + local_ranks())
+    return error{errc::invalid_argument, std::string{what} + ": rank " + std::to_string(rank) + " lives in another process (this one has ranks " +
+                                             std::to_string(first_local_rank()) + " to " + std::to_string(first_local_rank() + local_ranks() - 1) + ")"};
   if (!value.defined() || value.type() == dtype::string)
     return error{errc::invalid_argument, std::string{what} + ": a defined tensor of numbers is needed"};
   return {};
@@ -550,20 +715,20 @@ pending_result ring_group::start_all_reduce(int rank, call_id id, tensor value) 
   }
   const op_kind kind =
       impl_->doubling_max_bytes > 0 && value.nbytes() <= impl_->doubling_max_bytes ? op_kind::all_reduce_doubling : op_kind::all_reduce;
-  call_rank_later(*p, *impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], kind, 0, id, std::move(value));
+  call_rank_later(*p, *impl_->sys, impl_->local[static_cast<std::size_t>(rank - impl_->first_local)], kind, 0, id, std::move(value));
   return pending_result{std::move(p)};
 }
 
 expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& value) const {
   if (auto bad = check_rank("all_gather", rank, value)) return bad;
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], op_kind::all_gather, 0, id, value);
+  return call_rank(*impl_->sys, impl_->local[static_cast<std::size_t>(rank - impl_->first_local)], op_kind::all_gather, 0, id, value);
 }
 
 expected<tensor> ring_group::broadcast(int rank, int root, call_id id, tensor value) const {
   if (auto bad = check_rank("broadcast", rank, value)) return bad;
   if (root < 0 || root >= ranks())
     return make_error(errc::invalid_argument, "broadcast: root " + std::to_string(root) + " is outside the ring of " + std::to_string(ranks()));
-  return call_rank(*impl_->sys, impl_->ranks[static_cast<std::size_t>(rank)], op_kind::broadcast, root, id, std::move(value));
+  return call_rank(*impl_->sys, impl_->local[static_cast<std::size_t>(rank - impl_->first_local)], op_kind::broadcast, root, id, std::move(value));
 }
 
 }  // namespace af::collectives

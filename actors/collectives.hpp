@@ -19,6 +19,17 @@
 // (another order, another shape or dtype) fails every rank's call with an error naming both ranks
 // and both calls, never a hang or a wrong sum; a call that not every rank makes within the timeout
 // fails naming the ranks that did not arrive.
+//
+// Across processes (ring_options::across) the same ring spans several processes, each owning an
+// equal run of consecutive ranks: rank actors of one process pass chunks as messages, and a chunk
+// for a rank in another process is written into the link to it (shared memory between processes
+// on one host, TCP otherwise; actors/collective_link.hpp) and turned back into a message to that
+// rank by the link's reader there. Every process makes the same ring_group::start call with its own
+// `process`; start returns once all have joined.
+//
+//   auto ring = af::collectives::ring_group::start(rt, {.ranks = 2, .across = {.process = p,
+//       .processes = 2, .rendezvous = "127.0.0.1:29400", .token = secret}}).value();
+//   auto summed = ring.all_reduce(p, {.step = s, .bucket = b}, gradients);   // rank p lives here
 
 #include <chrono>
 #include <cstdint>
@@ -33,6 +44,35 @@ class runtime;
 }
 
 namespace af::collectives {
+
+/// How the processes of a ring reach one another.
+enum class link_transport {
+  automatic,      ///< shared memory between processes on one host, TCP between hosts
+  tcp,            ///< TCP always (the tensor bytes through the kernel's socket buffers)
+  shared_memory,  ///< shared memory, or start fails naming the pair that cannot have it
+};
+
+/// Where a ring's ranks live when it spans processes.
+struct process_options {
+  /// This process's index; process p owns ranks [p * ranks / processes, (p + 1) * ranks / processes).
+  int process = 0;
+  /// Processes in the ring (1: all ranks here, nothing below is used); must divide the ranks.
+  int processes = 1;
+  /// host:port where process 0 listens and the others join (IPv4).
+  std::string rendezvous = "127.0.0.1:29400";
+  /// A secret every process presents (constant-time compared; the links are not encrypted).
+  /// Empty: the AF_COLLECTIVE_TOKEN environment variable; one of them is required.
+  std::string token;
+  /// Address the listeners of processes 1.. bind to (the others connect to it).
+  std::string bind_host = "127.0.0.1";
+  link_transport transport = link_transport::automatic;
+  /// Each direction's ring of bytes between two processes sharing memory.
+  std::size_t shared_memory_bytes = std::size_t{8} << 20;
+  /// How long start waits for every process to join.
+  std::chrono::milliseconds connect_timeout{30000};
+  /// Largest chunk accepted from another process (its header is input: checked before allocating).
+  uint64_t max_message_bytes = uint64_t{1} << 34;
+};
 
 struct ring_options {
   /// Ranks in the ring, at least 1.
@@ -50,6 +90,8 @@ struct ring_options {
   /// block a scheduler worker while they wait (a replica stepping on the actor a pipeline feeds),
   /// and whose calls should wake only the threads taking part (actors/replica.cpp says why).
   bool own_threads = false;
+  /// The processes the ranks span (rank actors then always run on threads of their own).
+  process_options across;
 };
 
 /// Which collective of a group a call is: every rank makes the same calls in the same order.
@@ -79,7 +121,9 @@ class pending_result {
 
 class ring_group {
  public:
-  /// Spawns the ring's rank actors; invalid_argument for fewer than one rank or a timeout of 0.
+  /// Spawns the ring's rank actors (this process's, after joining the others); invalid_argument for
+  /// fewer than one rank, a timeout of 0, or processes that do not divide the ranks; the joining's
+  /// error naming the process or address that failed.
   static expected<ring_group> start(runtime& rt, ring_options options);
   ring_group(ring_group&&) noexcept;
   ring_group& operator=(ring_group&&) noexcept;
@@ -91,7 +135,7 @@ class ring_group {
   /// calls from its own thread. A `value` handed over with std::move whose storage nothing else
   /// holds is summed in place and comes back as the result (a fresh gradient: no copy); any other
   /// is copied first and left as it was. An error as described above, or invalid_argument for a
-  /// rank outside the ring or an unsupported dtype.
+  /// rank outside the ring (or not this process's) or an unsupported dtype.
   expected<tensor> all_reduce(int rank, call_id id, tensor value) const;
   /// all_reduce without waiting, for a replica that sums one bucket of gradients while it computes
   /// the next: the call is made at once, get() waits for its result. A rank's calls run in the
@@ -105,7 +149,13 @@ class ring_group {
   /// have come back round, so it never runs calls ahead of the others.
   expected<tensor> broadcast(int rank, int root, call_id id, tensor value) const;
 
+  /// Every rank of the ring, in all processes.
   int ranks() const noexcept;
+  /// The ranks this process owns: [first_local_rank(), first_local_rank() + local_ranks()).
+  int first_local_rank() const noexcept;
+  int local_ranks() const noexcept;
+  /// How this process reaches process p: "shared memory", "tcp", or "in process" for itself.
+  std::string transport_to(int process) const;
 
  private:
   error check_rank(const char* what, int rank, const tensor& value) const;

@@ -11,8 +11,14 @@
 // as a replica hands over a fresh gradient, and summed in place. Last line: one JSON object with
 // inproc{2,4}_busbw_gbps_<bytes>, inproc{2,4}_ms_<bytes>, memcpy_gbps and, for 1 MB and up,
 // inproc{2,4}_busbw_vs_memcpy_min (the worst size; goal >= 0.4), and inproc1_ms_4096, a call to a
-// group of one rank: the thread hand-offs every call pays whatever its size. Two processes and Gloo's
-// reference come with the cross-process transport.
+// group of one rank: the thread hand-offs every call pays whatever its size.
+//
+// Two processes: the program runs a copy of itself as process 1 of a ring of 2 ranks, one per
+// process, and both time the same calls: procs2_ms_<bytes> and procs2_busbw_gbps_<bytes> over the
+// link the ring chooses on one host (shared memory), procs2_tcp_* with the link forced to TCP, and
+// tcp_gbps, one direction of a plain loopback TCP connection between two threads (64 MB in 4 MB
+// writes), measured in the same run. bench/allreduce_reference.py measures Gloo (torch.distributed)
+// on the same sizes and processes; scripts/figures runs both each round and reports the ratios.
 //
 // Scaling: the digits MLP (training/digits.hpp) trained on random batches of 1024 rows per replica,
 // 2 replicas of 1 kernel thread each under mirrored_strategy against 1 replica of 1 thread (the
@@ -23,12 +29,19 @@
 // mirrored step's time over that compute alone (goal <= 1.15), with buckets reduced while the
 // backward pass runs; scaling_2x1_no_overlap_vs_1x1 reduces them after it.
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <barrier>
 #include <cstring>
+#include <map>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "actors/collectives.hpp"
+#include "actors/remote_socket.hpp"
 #include "actors/runtime.hpp"
 #include "bench_common.hpp"
 #include "ops/parallel.hpp"
@@ -82,6 +95,79 @@ double memcpy_gbps(std::size_t bytes, int reps) {
   return static_cast<double>(bytes) / s / 1e9;
 }
 
+// One direction of a loopback TCP connection between two threads: 64 MB in 4 MB writes, GB/s.
+double tcp_gbps(int reps) {
+  uint16_t port = 0;
+  auto listener = net::listen_tcp("127.0.0.1", 0, port).value();
+  auto sender = net::connect_tcp("127.0.0.1", port).value();
+  std::atomic<bool> stop{false};
+  auto receiver = net::accept_tcp(listener, stop).value();
+  net::tune_bulk_socket(sender.get(), 4 << 20);
+  net::tune_bulk_socket(receiver.get(), 4 << 20);
+  constexpr std::size_t piece = 4 << 20, total = 64 << 20;
+  std::vector<char> out(piece, 1), in(piece);
+  const double s = bench::median_seconds(reps, [&] {
+    std::thread reader{[&] {
+      for (std::size_t got = 0; got < total; got += piece)
+        if (!net::read_exact(receiver.get(), in.data(), piece)) std::abort();
+    }};
+    for (std::size_t sent = 0; sent < total; sent += piece)
+      if (!net::write_all(sender.get(), out.data(), piece)) std::abort();
+    reader.join();
+  });
+  return static_cast<double>(total) / s / 1e9;
+}
+
+int calls_for(std::size_t bytes, bool quick) { return bytes <= 65536 ? (quick ? 200 : 1000) : bytes <= (4 << 20) ? 10 : 2; }
+
+// Median seconds of one all-reduce of `bytes` by this process's rank of a ring spanning two
+// processes; both run the same calls with the same ids (a 1-element all-reduce lines them up
+// before each repetition).
+double procs_seconds(const collectives::ring_group& ring, int rank, std::size_t bytes, int calls, int reps, uint64_t& step) {
+  const auto value = random_normal({static_cast<int64_t>(bytes / sizeof(float))}, static_cast<uint64_t>(rank)).value();
+  std::vector<double> times;
+  for (int rep = 0; rep <= reps; ++rep) {
+    std::vector<tensor> inputs;
+    for (int c = 0; c < calls; ++c) inputs.push_back(value.clone().value());
+    if (!ring.all_reduce(rank, {step++, 1}, tensor::zeros({1}, dtype::f32).value())) std::abort();
+    const double s = bench::seconds_of([&] {
+      for (auto& in : inputs)
+        if (!ring.all_reduce(rank, {step++, 0}, std::move(in))) std::abort();
+    });
+    if (rep > 0) times.push_back(s / calls);
+  }
+  return bench::median(times);
+}
+
+// What both processes run: every size over shared memory (the automatic choice on one host),
+// then over TCP. Seconds per call by transport and size.
+std::map<std::string, std::map<std::size_t, double>> run_process(int process, const std::string& rendezvous_shm,
+                                                                  const std::string& rendezvous_tcp, const std::string& token,
+                                                                  const std::vector<std::size_t>& sizes, bool quick) {
+  runtime rt{{.scheduler_threads = 1}};
+  std::map<std::string, std::map<std::size_t, double>> out;
+  for (auto [name, transport, rendezvous] : {std::tuple{"shm", collectives::link_transport::automatic, rendezvous_shm},
+                                            std::tuple{"tcp", collectives::link_transport::tcp, rendezvous_tcp}}) {
+    auto ring = collectives::ring_group::start(
+        rt, {.ranks = 2, .name = "bench", .across = {.process = process, .processes = 2, .rendezvous = rendezvous, .token = token,
+                                                     .transport = transport}});
+    if (!ring) {
+      std::fprintf(stderr, "process %d: %s\n", process, ring.error_value().message.c_str());
+      std::exit(1);
+    }
+    if (process == 0) std::printf("2 processes, link: %s\n", ring->transport_to(1).c_str());
+    uint64_t step = 0;
+    for (std::size_t bytes : sizes) out[name][bytes] = procs_seconds(*ring, process, bytes, calls_for(bytes, quick), quick ? 3 : 7, step);
+  }
+  return out;
+}
+
+std::string free_address() {
+  uint16_t port = 0;
+  auto probe = net::listen_tcp("127.0.0.1", 0, port).value();
+  return "127.0.0.1:" + std::to_string(port);
+}
+
 // Samples per second of the digits MLP over `replicas` replicas of one kernel thread each, with
 // `rows` rows per replica: the median over `reps` runs of `steps` steps (after warm-up steps).
 double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int steps, int reps, bool overlap = true) {
@@ -122,10 +208,15 @@ double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int ste
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::check_flags(argc, argv, "build/bench/bench_allreduce [--quick]", {"--quick"});
   const bool quick = bench::has_flag(argc, argv, "--quick");
   const std::vector<std::size_t> sizes = quick ? std::vector<std::size_t>{4096, 1 << 20, 16 << 20, 64 << 20}
                                                : std::vector<std::size_t>{4096, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20};
+  // The copy of this program that is process 1: --process-1 SHM_ADDRESS TCP_ADDRESS TOKEN [--quick]
+  if (argc >= 5 && std::strcmp(argv[1], "--process-1") == 0) {
+    run_process(1, argv[2], argv[3], argv[4], sizes, quick);
+    return 0;
+  }
+  bench::check_flags(argc, argv, "build/bench/bench_allreduce [--quick]", {"--quick"});
   runtime rt{{.scheduler_threads = 2}};
   bench::json_line json;
   json.add("bench", std::string{"allreduce"});
@@ -152,6 +243,35 @@ int main(int argc, char** argv) {
                   algbw, busbw, busbw / copy_gbps);
     }
     json.add("inproc" + std::to_string(ranks) + "_busbw_vs_memcpy_min", worst_large);
+  }
+  {
+    const double tcp = tcp_gbps(quick ? 3 : 7);
+    json.add("tcp_gbps", tcp);
+    std::printf("loopback TCP, one direction, 64 MB: %.2f GB/s\n", tcp);
+    const std::string shm_address = free_address(), tcp_address = free_address();
+    std::string token = std::to_string(std::random_device{}());
+    std::vector<std::string> args{"/proc/self/exe", "--process-1", shm_address, tcp_address, token};
+    if (quick) args.push_back("--quick");
+    std::vector<char*> child_argv;
+    for (auto& a : args) child_argv.push_back(a.data());
+    child_argv.push_back(nullptr);
+    pid_t child = 0;
+    if (posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, child_argv.data(), environ) != 0) {
+      std::perror("bench_allreduce: spawning process 1");
+      return 1;
+    }
+    const auto measured = run_process(0, shm_address, tcp_address, token, sizes, quick);
+    int status = 0;
+    waitpid(child, &status, 0);
+    for (const auto& [link, by_size] : measured) {
+      const std::string tag = link == "shm" ? "procs2_" : "procs2_tcp_";
+      for (const auto& [bytes, s] : by_size) {
+        const double busbw = static_cast<double>(bytes) / s / 1e9;  // x 2(n-1)/n = 1 for 2 ranks
+        json.add(tag + "busbw_gbps_" + std::to_string(bytes), busbw);
+        json.add(tag + "ms_" + std::to_string(bytes), s * 1e3);
+        std::printf("2 processes (%s), %9zu bytes: %8.3f ms, busbw %6.2f GB/s\n", link.c_str(), bytes, s * 1e3, busbw);
+      }
+    }
   }
   // Alternated so that each sees the same machine state.
   constexpr int64_t rows = 1024;
