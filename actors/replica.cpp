@@ -21,6 +21,7 @@
 #include "actors/runtime.hpp"
 #include "actors/stop_actors.hpp"
 #include "ops/array_ops.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/parallel.hpp"
 #include "ops/reduce.hpp"
 #include "ops/train/model.hpp"
@@ -32,13 +33,15 @@ namespace {
 using replica_step_atom = caf::atom_constant<caf::atom("af_rstep")>;
 using replica_load_atom = caf::atom_constant<caf::atom("af_rload")>;
 using replica_read_atom = caf::atom_constant<caf::atom("af_rread")>;
+using replica_mean_atom = caf::atom_constant<caf::atom("af_rmean")>;
 
 // (step, inputs, targets, seed, share, learning rate) -> (loss, per-output losses as f64, predictions)
 using replica_actor = caf::typed_actor<
     caf::replies_to<replica_step_atom, uint64_t, std::vector<tensor>, std::vector<tensor>, uint64_t, double, double>::with<
         double, tensor, std::vector<tensor>>,
     caf::replies_to<replica_load_atom, std::vector<named_tensor>>::with<uint64_t>,
-    caf::replies_to<replica_read_atom>::with<std::vector<tensor>>>;
+    caf::replies_to<replica_read_atom>::with<std::vector<tensor>>,
+    caf::replies_to<replica_mean_atom, uint64_t>::with<uint64_t>>;
 
 /// Which trainable weights' gradients travel together: same dtype, at most bucket_bytes (a larger
 /// weight alone), in reverse weight order (the order a backward pass produces them).
@@ -56,7 +59,9 @@ struct group_context {
   std::vector<shape> gradient_shapes;
   std::vector<dtype> gradient_types;
   int threads = 1;
-  int replicas = 1;
+  int replicas = 1;  // in every process together: the ring's ranks
+  int processes = 1;
+  int first_rank = 0;  // this process's first replica
   bool overlap = true;
 };
 
@@ -210,11 +215,77 @@ class bucket_reducer {
   error failed_;
 };
 
+/// Across processes, after an update every rank applied: every rank's rows, loss and predictions
+/// gathered (predictions padded to the largest slice, since a gather takes one shape from all),
+/// so that each process answers the global batch's result. Every rank calls it, in the same order;
+/// `assemble`: this rank builds the result (a process's first replica), the others only take part.
+expected<nn::batch_result> gather_batch(const group_context& g, const nn::model& model, int rank, uint64_t step,
+                                        const nn::batch_result& mine, int64_t rows, bool assemble) {
+  const auto specs = model.output_specs();
+  const std::size_t outputs = specs.size();
+  auto id = static_cast<uint32_t>(g.buckets.size());  // after the step's gradient buckets
+  std::vector<double> info(2 + outputs, 0.0);
+  info[0] = static_cast<double>(rows);
+  if (rows > 0) {
+    info[1] = mine.loss;
+    for (std::size_t i = 0; i < outputs && i < mine.output_loss.size(); ++i) info[2 + i] = mine.output_loss[i];
+  }
+  AF_TRY_ASSIGN(auto every, g.ring->all_gather(rank, {step, id++}, tensor::from_vector(info)));
+  const auto table = every.to_vector<double>();
+  std::vector<int64_t> rows_of(static_cast<std::size_t>(g.replicas));
+  int64_t total = 0, most = 0;
+  for (std::size_t r = 0; r < rows_of.size(); ++r) {
+    rows_of[r] = static_cast<int64_t>(table[r * info.size()]);
+    total += rows_of[r];
+    most = std::max(most, rows_of[r]);
+  }
+  nn::batch_result out;
+  out.output_loss.assign(outputs, 0.0);
+  for (std::size_t r = 0; r < rows_of.size(); ++r) {
+    if (rows_of[r] == 0) continue;
+    const double w = static_cast<double>(rows_of[r]) / static_cast<double>(total);
+    out.loss += w * table[r * info.size() + 1];
+    for (std::size_t i = 0; i < outputs; ++i) out.output_loss[i] += w * table[r * info.size() + 2 + i];
+  }
+  for (std::size_t i = 0; i < outputs; ++i) {
+    const auto& row_dims = specs[i].dims;
+    if (std::any_of(row_dims.begin(), row_dims.end(), [](int64_t d) { return d < 0; }))
+      return make_error(errc::unsupported, g.name + ": output " + std::to_string(i) + " is " + to_string(specs[i]) +
+                                               "; predictions gathered across processes need every dimension but the batch's known");
+    const int64_t width = numel(row_dims);
+    AF_TRY_ASSIGN(auto padded, tensor::zeros({most * width}, specs[i].type));
+    if (rows > 0) {
+      const tensor& p = mine.predictions[i];
+      if (p.type() != specs[i].type || p.numel() != rows * width)
+        return make_error(errc::internal, g.name + ": output " + std::to_string(i) + "'s predictions are " + std::string{to_string(p.type())} +
+                                              to_string(p.shape()) + ", not " + std::to_string(rows) + " rows of " + to_string(specs[i]));
+      AF_TRY_ASSIGN(auto dense, p.contiguous());
+      std::memcpy(padded.raw_data(), dense.raw_data(), dense.nbytes());
+    }
+    AF_TRY_ASSIGN(auto gathered, g.ring->all_gather(rank, {step, id++}, padded));
+    if (!assemble) continue;
+    std::vector<tensor> parts;
+    for (std::size_t r = 0; r < rows_of.size(); ++r) {
+      if (rows_of[r] == 0) continue;
+      AF_TRY_ASSIGN(auto slot, gathered.slice(0, static_cast<int64_t>(r), static_cast<int64_t>(r) + 1));
+      AF_TRY_ASSIGN(auto flat, slot.reshape({most * width}));
+      AF_TRY_ASSIGN(auto used, flat.slice(0, 0, rows_of[r] * width));
+      af::shape dims{rows_of[r]};
+      dims.insert(dims.end(), row_dims.begin(), row_dims.end());
+      AF_TRY_ASSIGN(auto part, used.reshape(dims));
+      parts.push_back(std::move(part));
+    }
+    AF_TRY_ASSIGN(auto joined, concat(parts, 0));
+    out.predictions.push_back(std::move(joined));
+  }
+  return out;
+}
+
 /// One replica's step: its gradients, every bucket summed over the ring (each started as soon as
 /// the backward pass has produced it), then the update. Every replica makes the same collective
 /// calls in the same order whatever happened to its slice, so none waits in vain.
 expected<nn::batch_result> step_replica(const group_context& g, nn::model& model, int rank, uint64_t step, const batch_slice& slice,
-                                        uint64_t seed, double share, double learning_rate) {
+                                        uint64_t seed, double share, double learning_rate, bool assemble) {
   const std::string where = g.name + ": replica " + std::to_string(rank) + " of " + std::to_string(g.replicas) + ", step " +
                             std::to_string(step + 1);
   scoped_thread_share cores{g.threads};
@@ -239,8 +310,27 @@ expected<nn::batch_result> step_replica(const group_context& g, nn::model& model
   AF_TRY_ASSIGN(auto summed, buckets.finish(computed, idle, where));
   if (auto applied = model.apply_gradients(std::move(summed), std::move(computed->non_trainable), learning_rate); !applied)
     return with_context(applied.error_value(), where);
+  if (g.processes > 1) {
+    auto global = gather_batch(g, model, rank, step, computed->batch, idle ? 0 : slice.inputs[0].dim(0), assemble);
+    if (!global) return with_context(global.error_value(), where + ", gathering the batch's results from the other processes");
+    return global;
+  }
   return std::move(computed->batch);
 }
+
+/// Across processes: every rank's non-trainable weights flattened to f64 and summed (every rank of
+/// every process calls it with the same id); the sum, for the caller to divide.
+expected<tensor> sum_non_trainable(const group_context& g, const nn::model& model, int rank, uint64_t id) {
+  std::vector<double> flat;
+  for (int i : model.non_trainable_indices()) {
+    const auto v = model.weight_values()[static_cast<std::size_t>(i)].to_vector<double>();
+    flat.insert(flat.end(), v.begin(), v.end());
+  }
+  return g.ring->all_reduce(rank, {id, 0}, tensor::from_vector(flat));
+}
+
+// Collective ids of aggregations: apart from every training step's.
+constexpr uint64_t aggregation_ids = uint64_t{1} << 63;
 
 struct replica_state {
   int rank = 0;
@@ -261,13 +351,18 @@ replica_actor::behavior_type replica_behaviour(replica_actor::stateful_pointer<r
              double learning_rate) -> caf::result<double, tensor, std::vector<tensor>> {
         auto& st = self->state;
         batch_slice slice{std::move(inputs), std::move(targets)};
-        auto r = step_replica(*st.group, *st.model, st.rank, step, slice, seed, share, learning_rate);
+        auto r = step_replica(*st.group, *st.model, st.rank, step, slice, seed, share, learning_rate, false);
         if (!r) return to_caf_error(r.error_value());
         return caf::result<double, tensor, std::vector<tensor>>{r->loss, tensor::from_vector(r->output_loss), std::move(r->predictions)};
       },
       [self](replica_load_atom, const std::vector<named_tensor>& saved) -> caf::result<uint64_t> {
         if (auto loaded = self->state.model->load_state(saved); !loaded) return to_caf_error(loaded.error_value());
         return static_cast<uint64_t>(self->state.model->updates_done());
+      },
+      [self](replica_mean_atom, uint64_t id) -> caf::result<uint64_t> {
+        auto sum = sum_non_trainable(*self->state.group, *self->state.model, self->state.rank, id);
+        if (!sum) return to_caf_error(sum.error_value());
+        return id;
       },
       [self](replica_read_atom) -> std::vector<tensor> {
         const auto& m = *self->state.model;
@@ -291,8 +386,9 @@ struct replica_group::impl {
   caf::actor_system* sys = nullptr;
   nn::model* model = nullptr;
   std::shared_ptr<const group_context> group;
-  std::vector<replica_actor> others;  // replicas 1..
+  std::vector<replica_actor> others;  // replicas 1.. of this process
   uint64_t steps = 0;
+  uint64_t aggregations = 0;
   std::optional<error> broken;  // a collective failed: the ring fails every later call alike
 
   int size() const { return static_cast<int>(others.size()) + 1; }
@@ -317,7 +413,10 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
     group->gradient_types.push_back(w.type());
   }
   group->buckets = plan_buckets(group->gradient_shapes, group->gradient_types, options.bucket_bytes);
-  group->replicas = options.replicas;
+  const int processes = std::max(1, options.across.processes);
+  group->replicas = options.replicas * processes;
+  group->processes = processes;
+  group->first_rank = options.across.process * options.replicas;
   group->overlap = options.overlap;
   group->threads = options.threads_per_replica > 0 ? options.threads_per_replica : std::max(1, thread_budget() / options.replicas);
   // The ring's ranks run on threads of their own, which sleep until a chunk comes: scheduled rank
@@ -325,8 +424,8 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
   // cores (2 replicas x 1 thread on 2 cores: 1.05-1.3x the samples/s of one replica instead of
   // 1.4-1.55x), and replica 0 blocks the scheduler worker it steps on, which on a scheduler of
   // one worker would leave none for the ring.
-  AF_TRY_ASSIGN(auto ring, collectives::ring_group::start(rt, {.ranks = options.replicas, .timeout = options.timeout,
-                                                               .name = options.name, .own_threads = true}));
+  AF_TRY_ASSIGN(auto ring, collectives::ring_group::start(rt, {.ranks = group->replicas, .timeout = options.timeout,
+                                                               .name = options.name, .own_threads = true, .across = options.across}));
   group->ring = std::make_shared<collectives::ring_group>(std::move(ring));
 
   auto state = std::make_unique<impl>();
@@ -336,7 +435,7 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
   for (int r = 1; r < options.replicas; ++r) {
     AF_TRY_ASSIGN(auto copy, model.clone());
     auto held = std::make_shared<nn::model>(std::move(copy));
-    state->others.push_back(rt.system().spawn<caf::detached>(replica_behaviour, r, options.replicas, held,
+    state->others.push_back(rt.system().spawn<caf::detached>(replica_behaviour, group->first_rank + r, group->replicas, held,
                                                              std::shared_ptr<const group_context>{group}));
   }
   return replica_group{std::move(state)};
@@ -348,13 +447,16 @@ replica_group& replica_group::operator=(replica_group&&) noexcept = default;
 replica_group::~replica_group() = default;
 
 int replica_group::size() const noexcept { return impl_->size(); }
+int replica_group::replicas_in_sync() const noexcept { return impl_->group->replicas; }
 
 expected<nn::batch_result> replica_group::train_step(std::vector<batch_slice> slices, uint64_t seed) {
   auto& g = *impl_;
   const int n = g.size();
+  const int first = g.group->first_rank;
   if (g.broken) return with_context(*g.broken, g.group->name + ": the group stopped at an earlier step");
-  if (static_cast<int>(slices.size()) != n)
-    return make_error(errc::invalid_argument, g.group->name + ": " + std::to_string(slices.size()) + " slices for " + std::to_string(n) + " replicas");
+  if (static_cast<int>(slices.size()) != g.group->replicas)
+    return make_error(errc::invalid_argument, g.group->name + ": " + std::to_string(slices.size()) + " slices for " +
+                                                  std::to_string(g.group->replicas) + " replicas");
   std::vector<int64_t> rows;
   int64_t total = 0;
   for (const auto& slice : slices) {
@@ -371,15 +473,18 @@ expected<nn::batch_result> replica_group::train_step(std::vector<batch_slice> sl
   using step_handle = decltype(self->request(std::declval<const replica_actor&>(), caf::infinite, replica_step_atom::value,
                                              uint64_t{}, std::vector<tensor>{}, std::vector<tensor>{}, uint64_t{}, double{}, double{}));
   std::vector<step_handle> pending;
+  // Rank r draws its dropout masks from seed mixed with r (rank 0: the seed itself), wherever it runs.
+  auto seed_of = [&](int rank) { return rank == 0 ? seed : mix_seed(seed, static_cast<uint64_t>(rank)); };
   for (int r = 1; r < n; ++r) {
-    auto& slice = slices[static_cast<std::size_t>(r)];
+    auto& slice = slices[static_cast<std::size_t>(first + r)];
     pending.push_back(self->request(g.others[static_cast<std::size_t>(r - 1)], caf::infinite, replica_step_atom::value, step,
-                                    std::move(slice.inputs), std::move(slice.targets), mix_seed(seed, static_cast<uint64_t>(r)),
-                                    share(static_cast<std::size_t>(r)), learning_rate));
+                                    std::move(slice.inputs), std::move(slice.targets), seed_of(first + r),
+                                    share(static_cast<std::size_t>(first + r)), learning_rate));
   }
   std::vector<expected<nn::batch_result>> results;
-  results.reserve(slices.size());
-  results.push_back(step_replica(*g.group, *g.model, 0, step, slices[0], seed, share(0), learning_rate));
+  results.reserve(static_cast<std::size_t>(n));
+  results.push_back(step_replica(*g.group, *g.model, first, step, slices[static_cast<std::size_t>(first)], seed_of(first),
+                                 share(static_cast<std::size_t>(first)), learning_rate, true));
   for (int r = 1; r < n; ++r) {
     expected<nn::batch_result> got = make_error(errc::cancelled, g.group->name + ": replica " + std::to_string(r) + " did not answer");
     pending[static_cast<std::size_t>(r - 1)].receive(
@@ -401,6 +506,7 @@ expected<nn::batch_result> replica_group::train_step(std::vector<batch_slice> sl
     }
   for (auto& r : results)
     if (!r) return r.error_value();
+  if (g.group->processes > 1) return std::move(*results[0]);  // gathered from every process
 
   nn::batch_result out;
   std::size_t outputs = 0;
@@ -441,6 +547,7 @@ expected<void> replica_group::reload_from_model() {
 expected<void> replica_group::aggregate_into_model() {
   auto& g = *impl_;
   const auto& frozen = g.model->non_trainable_indices();
+  if (!frozen.empty() && g.group->processes > 1) return aggregate_across_processes();
   if (frozen.empty() || g.others.empty()) return {};
   std::vector<std::vector<tensor>> each{{}};
   for (int i : frozen) each[0].push_back(g.model->weight_values()[static_cast<std::size_t>(i)]);
@@ -465,6 +572,36 @@ expected<void> replica_group::aggregate_into_model() {
     AF_TRY_ASSIGN(auto stacked, stack(parts, 0));
     AF_TRY_ASSIGN(auto mean, reduce_mean(stacked, {0}));
     values[static_cast<std::size_t>(frozen[k])] = std::move(mean);
+  }
+  return g.model->set_weight_values(std::move(values));
+}
+
+// Every rank of every process sums its moving statistics; the model takes their mean.
+expected<void> replica_group::aggregate_across_processes() {
+  auto& g = *impl_;
+  const uint64_t id = aggregation_ids + g.aggregations++;
+  caf::scoped_actor self{*g.sys};
+  using mean_handle = decltype(self->request(std::declval<const replica_actor&>(), caf::infinite, replica_mean_atom::value, uint64_t{}));
+  std::vector<mean_handle> pending;
+  for (const auto& r : g.others) pending.push_back(self->request(r, caf::infinite, replica_mean_atom::value, id));
+  auto sum = sum_non_trainable(*g.group, *g.model, g.group->first_rank, id);
+  error first;
+  for (auto& answer : pending)
+    answer.receive([](uint64_t) {}, [&](caf::error& err) {
+      if (!first) first = from_caf_error(err);
+    });
+  if (!sum) first = sum.error_value();
+  if (first) return with_context(first, g.group->name + ": averaging the replicas' moving statistics across processes");
+  const auto totals = sum->to_vector<double>();
+  std::vector<tensor> values = g.model->weight_values();
+  std::size_t at = 0;
+  for (int i : g.model->non_trainable_indices()) {
+    auto& w = values[static_cast<std::size_t>(i)];
+    std::vector<double> mean(totals.begin() + static_cast<std::ptrdiff_t>(at), totals.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(w.numel())));
+    at += static_cast<std::size_t>(w.numel());
+    for (auto& v : mean) v /= g.group->replicas;
+    AF_TRY_ASSIGN(auto as_f64, tensor::from_vector(mean).reshape(w.shape()));
+    AF_TRY_ASSIGN(w, cast(as_f64, w.type()));
   }
   return g.model->set_weight_values(std::move(values));
 }

@@ -18,7 +18,12 @@
 // waits for it: every replica then skips the update, and the step fails naming the replica and
 // its error. Moving statistics (non-trainable weights) stay per replica, as tf.distribute's
 // on-read variables, and are averaged into the model when it is read (aggregate_into_model).
-// CAF stays behind this header.
+//
+// Across processes (group_options::across) each process runs this group with its own replicas,
+// ranks of one ring spanning them all: train_step then takes the global batch's slices for every
+// replica of every process, steps this process's, and answers the global batch's loss and
+// predictions (gathered from the other processes), so fit's loss and metrics are the same in every
+// process and equal to one process's. CAF stays behind this header.
 
 #include <chrono>
 #include <cstddef>
@@ -27,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/collectives.hpp"
 #include "ops/error.hpp"
 #include "ops/tensor.hpp"
 
@@ -41,7 +47,7 @@ struct batch_result;
 namespace af::replicas {
 
 struct group_options {
-  /// Replicas stepping in sync, at least 1.
+  /// Replicas stepping in sync in this process, at least 1 (the same in every process).
   int replicas = 2;
   /// Kernel threads each replica's step may use; 0: the thread budget split evenly (at least 1).
   int threads_per_replica = 0;
@@ -54,6 +60,10 @@ struct group_options {
   std::chrono::milliseconds timeout{60000};
   /// Names the group in errors.
   std::string name = "mirrored";
+  /// The processes whose replicas step together (processes = 1: this one's alone). Every process
+  /// starts its group with the same options but its own `process`; replicas of process p are the
+  /// ranks [p * replicas, (p + 1) * replicas) of the ring.
+  collectives::process_options across;
 };
 
 /// One replica's part of the global batch: the model's inputs and the losses' targets.
@@ -72,7 +82,8 @@ class replica_group {
   /// Stops the replicas' actors and the ring.
   ~replica_group();
 
-  /// One synchronous update over a global batch given as one slice per replica (rows may differ,
+  /// One synchronous update over a global batch given as one slice per replica of every process
+  /// (replicas x processes slices, in rank order; rows may differ,
   /// the gradients are weighted by them; a slice without rows adds nothing). The result is the global batch's: the
   /// loss weighted by rows, predictions joined in slice order. `seed` draws replica 0's dropout
   /// masks; the others draw from seeds mixed with their rank.
@@ -85,9 +96,13 @@ class replica_group {
   /// moving statistics while training).
   expected<void> aggregate_into_model();
 
+  /// Replicas in this process.
   int size() const noexcept;
+  /// Replicas in every process together (tf.distribute's num_replicas_in_sync).
+  int replicas_in_sync() const noexcept;
 
  private:
+  expected<void> aggregate_across_processes();
   struct impl;
   explicit replica_group(std::unique_ptr<impl> state);
   std::unique_ptr<impl> impl_;

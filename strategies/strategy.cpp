@@ -39,13 +39,13 @@ class default_strategy_impl final : public strategy {
 class mirrored_replicas final : public replica_set {
  public:
   explicit mirrored_replicas(replicas::replica_group group) : group_(std::move(group)) {}
-  int replicas() const override { return group_.size(); }
+  int replicas() const override { return group_.replicas_in_sync(); }
   expected<nn::batch_result> train_on_batch(const std::vector<tensor>& inputs, const std::vector<tensor>& targets,
                                             uint64_t seed) override {
     if (inputs.empty() || inputs[0].ndim() == 0)
       return make_error(errc::invalid_argument, "mirrored: the batch has no inputs with a batch dimension");
     const int64_t batch = inputs[0].dim(0);
-    const auto rows = split_rows(batch, group_.size());
+    const auto rows = split_rows(batch, group_.replicas_in_sync());
     std::vector<replicas::batch_slice> slices(rows.size());
     // Rows [start, stop) of every tensor in `from`, appended to `to`.
     auto take = [&](const std::vector<tensor>& from, int64_t start, int64_t stop, std::vector<tensor>& to) -> expected<void> {
@@ -77,19 +77,23 @@ class mirrored_strategy_impl final : public strategy {
  public:
   mirrored_strategy_impl(std::vector<std::string> devices, mirrored_options options)
       : devices_(std::move(devices)), options_(options) {}
-  int replicas_in_sync() const override { return static_cast<int>(devices_.size()); }
+  int replicas_in_sync() const override { return static_cast<int>(devices_.size()) * options_.across.processes; }
   std::string describe() const override {
     std::string out = "mirrored(";
     for (std::size_t i = 0; i < devices_.size(); ++i) out += (i ? ", " : "") + devices_[i];
-    return out + ")";
+    out += ")";
+    // The same in every process: the processes' rings meet under this name.
+    if (options_.across.processes > 1) out += " x " + std::to_string(options_.across.processes) + " processes";
+    return out;
   }
   expected<std::unique_ptr<replica_set>> start(runtime& rt, nn::model& model) const override {
-    AF_TRY_ASSIGN(auto group, replicas::replica_group::start(rt, model, {.replicas = replicas_in_sync(),
+    AF_TRY_ASSIGN(auto group, replicas::replica_group::start(rt, model, {.replicas = static_cast<int>(devices_.size()),
                                                                          .threads_per_replica = options_.threads_per_replica,
                                                                          .bucket_bytes = options_.bucket_bytes,
                                                                          .overlap = options_.overlap,
                                                                          .timeout = options_.timeout,
-                                                                         .name = describe()}));
+                                                                         .name = describe(),
+                                                                         .across = options_.across}));
     return std::unique_ptr<replica_set>{std::make_unique<mirrored_replicas>(std::move(group))};
   }
 
@@ -120,6 +124,9 @@ expected<std::shared_ptr<const strategy>> mirrored_strategy(std::vector<std::str
     if (!seen.insert(d).second) return make_error(errc::invalid_argument, "mirrored_strategy: device '" + d + "' is named twice");
   }
   if (options.bucket_bytes == 0) return make_error(errc::invalid_argument, "mirrored_strategy: the bucket size must be positive");
+  if (options.across.processes < 1 || options.across.process < 0 || options.across.process >= options.across.processes)
+    return make_error(errc::invalid_argument, "mirrored_strategy: process " + std::to_string(options.across.process) + " of " +
+                                                  std::to_string(options.across.processes) + " does not exist");
   return std::shared_ptr<const strategy>{std::make_shared<const mirrored_strategy_impl>(std::move(devices), options)};
 }
 

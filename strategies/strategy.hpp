@@ -12,6 +12,14 @@
 // The dataset's batches are global batches: with 2 replicas and .batch(64), each replica steps on
 // 32 rows (a batch of odd size gives the first replicas one row more), and the learning rate means
 // what it means for one replica on 64 rows.
+//
+// Across processes on one host or several: every process runs the same program with its own
+// `process`, and fit in each sees the same global batches (same files, same seeds); each process
+// steps its own replicas' slices, and the loss and metrics every process reports are the global
+// batch's.
+//
+//   auto s = af::distribute::mirrored_strategy({"cpu:0"}, {.across = {.process = p, .processes = 2,
+//       .rendezvous = "127.0.0.1:29400", .token = secret}}).value();   // 2 replicas in sync
 
 #include <chrono>
 #include <cstddef>
@@ -20,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/collectives.hpp"
 #include "ops/error.hpp"
 #include "ops/tensor.hpp"
 
@@ -73,6 +82,9 @@ struct mirrored_options {
   bool overlap = true;
   /// How long a replica waits for the others before the step fails naming them.
   std::chrono::milliseconds timeout{60000};
+  /// The processes training together, each with these devices' replicas (processes = 1: this one
+  /// alone). The ring joins them when fit starts.
+  collectives::process_options across;
 };
 
 /// One replica per device, named "cpu:<n>". Errors: no device, a device named twice, or one that

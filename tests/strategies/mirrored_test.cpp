@@ -14,56 +14,12 @@
 #include "strategies/strategy.hpp"
 #include "training/trainer.hpp"
 
+#include "digits_like.hpp"
+
 using namespace af;
+using namespace af::testing;
 
 namespace {
-
-// The digits MLP and CNN of training/digits.hpp less their dropout layers.
-nn::model digits_like_mlp(optimizers::optimizer opt) {
-  auto m = nn::model::sequential(nn::input({8, 8, 1}, dtype::f32, "image"),
-                                 {nn::flatten(), nn::dense(128, {.activation = "relu"}), nn::dense(10)}, {.seed = 3});
-  REQUIRE(m);
-  REQUIRE(m->compile({.optimizer = std::move(opt), .loss = {nn::sparse_categorical_crossentropy()}, .metrics = {"accuracy"}}));
-  return std::move(*m);
-}
-
-nn::model digits_like_cnn(optimizers::optimizer opt) {
-  const nn::conv_options same_relu{.padding = padding_mode::same, .activation = "relu"};
-  auto m = nn::model::sequential(nn::input({8, 8, 1}, dtype::f32, "image"),
-                                 {nn::conv2d(32, {3, 3}, same_relu), nn::max_pool2d(), nn::conv2d(64, {3, 3}, same_relu),
-                                  nn::max_pool2d(), nn::flatten(), nn::dense(128, {.activation = "relu"}), nn::dense(10)},
-                                 {.seed = 5});
-  REQUIRE(m);
-  REQUIRE(m->compile({.optimizer = std::move(opt), .loss = {nn::sparse_categorical_crossentropy()}, .metrics = {"accuracy"}}));
-  return std::move(*m);
-}
-
-struct batch {
-  tensor images, labels;
-};
-
-batch make_batch(int64_t rows, uint64_t seed) {
-  auto images = random_uniform({rows, 8, 8, 1}, seed).value();
-  std::vector<int64_t> labels(static_cast<std::size_t>(rows));
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7 + seed) % 10);
-  return {images, tensor::from_vector(labels)};
-}
-
-/// The largest relative difference (Frobenius) between two models' weights.
-double weight_distance(const nn::model& a, const nn::model& b) {
-  double worst = 0;
-  for (std::size_t i = 0; i < a.weight_values().size(); ++i) {
-    const auto x = a.weight_values()[i].to_vector<double>();
-    const auto y = b.weight_values()[i].to_vector<double>();
-    double diff = 0, norm = 0;
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      diff += (x[k] - y[k]) * (x[k] - y[k]);
-      norm += y[k] * y[k];
-    }
-    worst = std::max(worst, std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30));
-  }
-  return worst;
-}
 
 bool same_weights(const nn::model& a, const nn::model& b) {
   for (std::size_t i = 0; i < a.weight_values().size(); ++i)
