@@ -32,7 +32,8 @@
 
 namespace af::collectives::mesh {
 
-enum class message_type : uint16_t { chunk = 1, abort = 2 };
+/// bye: the sender leaves in order, having finished `seq` calls on each of its ranks.
+enum class message_type : uint16_t { chunk = 1, abort = 2, bye = 3 };
 
 struct wire_header {
   uint32_t magic = 0;

@@ -42,11 +42,26 @@ using peers_atom = caf::atom_constant<caf::atom("af_peers")>;
 using chunk_atom = caf::atom_constant<caf::atom("af_chunk")>;
 using abort_atom = caf::atom_constant<caf::atom("af_abort")>;
 using expire_atom = caf::atom_constant<caf::atom("af_expire")>;
+using left_atom = caf::atom_constant<caf::atom("af_left")>;
 
 // How many calls each rank has made, for naming the ranks a timed-out call still waits for.
 struct arrivals {
   std::mutex mtx;
   std::vector<uint64_t> calls;
+  std::vector<uint64_t> finished;  // calls each rank of this process has finished
+
+  void done(int rank) {
+    std::lock_guard<std::mutex> guard{mtx};
+    ++finished[static_cast<std::size_t>(rank)];
+  }
+  // The fewest calls any of [first, first + count) finished: what this process tells the others it
+  // completed when it leaves.
+  uint64_t fewest_finished(int first, int count) {
+    std::lock_guard<std::mutex> guard{mtx};
+    uint64_t out = UINT64_MAX;
+    for (int r = first; r < first + count; ++r) out = std::min(out, finished[static_cast<std::size_t>(r)]);
+    return out;
+  }
 
   void arrived(int rank) {
     std::lock_guard<std::mutex> guard{mtx};
@@ -138,6 +153,9 @@ struct rank_state {
   std::deque<std::pair<running_call, tensor>> queued;
   std::map<uint64_t, std::vector<chunk_message>> early;  // chunks of calls this rank has not started
   std::optional<error> failed;                  // once failed, every later call fails alike
+  // Another process left after finishing this many calls: calls from there on cannot complete.
+  uint64_t others_left_after = UINT64_MAX;
+  std::string who_left;
   // One timer at a time: CAF 0.17 cannot cancel a delayed message, so a timer per call would pile
   // up (a call rate times the timeout); the one timer re-arms for what the running call has left.
   bool timer_armed = false;
@@ -278,8 +296,19 @@ void begin_next(rank_actor* self);
 void finish(rank_actor* self) {
   auto& call = *self->state.current;
   call.answer.deliver(call.buffer.reshape(call.result).value());
+  self->state.arrived->done(self->state.rank);
   self->state.current.reset();
   begin_next(self);
+}
+
+// A call this rank cannot complete because a process it needs has left.
+void fail_if_left(rank_actor* self) {
+  auto& s = self->state;
+  if (!s.current || s.current->seq < s.others_left_after) return;
+  fail_all(self,
+           error{errc::peer_down, s.name + " call #" + std::to_string(s.current->seq) + " " + describe(s.current->spec.id) + ": " +
+                                      s.who_left + " left after finishing " + std::to_string(s.others_left_after) + " call(s)"},
+           false);
 }
 
 void fail_mismatch(rank_actor* self, const chunk_message& m, int sender) {
@@ -437,6 +466,7 @@ void begin_next(rank_actor* self) {
   call.started = std::chrono::steady_clock::now();
   start_call(self, std::move(call), value);  // may finish at once (one rank) and begin the next
   if (!st.current || st.current->seq != seq) return;
+  if (seq >= st.others_left_after) return fail_if_left(self);
   if (!st.timer_armed) {
     st.timer_armed = true;
     self->delayed_send(self, st.timeout, expire_atom::value);
@@ -473,6 +503,14 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
         chunk_message m{seq, call_spec::from(kind, root, step, bucket, type, numel), round, std::move(data)};
         if (st.current && st.current->seq == seq) return apply(self, std::move(m));
         if (!st.current || seq > st.current->seq) st.early[seq].push_back(std::move(m));  // a call not begun here yet
+      },
+      [=](left_atom, int32_t process, uint64_t finished) {
+        auto& st = self->state;
+        if (finished < st.others_left_after) {
+          st.others_left_after = finished;
+          st.who_left = "process " + std::to_string(process);
+        }
+        fail_if_left(self);
       },
       [=](abort_atom, int32_t code, const std::string& why) {
         // The error goes once round the ring: the rank that raised it already failed.
@@ -519,6 +557,13 @@ void read_link(std::shared_ptr<const remote_links> remote, int process, std::vec
     }
     const auto& h = *header;
     const auto& to = peers[static_cast<std::size_t>(h.to_rank)];
+    if (h.type == static_cast<uint16_t>(mesh::message_type::bye)) {
+      // That process left in order, having finished h.seq calls: those completed here too (it had
+      // sent its part of them); later ones cannot, and fail at once. Its end of file is no error.
+      for (const auto& rank : peers)
+        if (rank) caf::anon_send(rank, left_atom::value, static_cast<int32_t>(process), h.seq);
+      return;
+    }
     if (h.type == static_cast<uint16_t>(mesh::message_type::abort)) {
       std::string text(h.payload_bytes, '\0');
       if (auto got = link.read(text.data(), text.size()); !got) {
@@ -559,15 +604,27 @@ struct ring_group::impl {
   int ranks = 0, first_local = 0;
   std::vector<caf::actor> local;  // this process's rank actors, from first_local on
   std::shared_ptr<remote_links> remote;
+  std::shared_ptr<arrivals> arrived;
   std::vector<std::thread> readers;
   std::size_t doubling_max_bytes = 0;  // 0: never (the ranks are not a power of two)
 
   ~impl() {
     if (sys) stop_and_wait(*sys, local);
     if (!remote) return;
-    // Every message this process owed the others is written: they read to its end, then see it close.
-    for (auto& l : remote->links)
-      if (l) l->close_writing(), l->stop_reading();
+    // Every message this process owed the others is written. It says goodbye with the calls it
+    // finished, so that the others tell a process that left from one that died (an end of file
+    // without it), and fail only the calls that needed it.
+    mesh::wire_header bye;
+    bye.magic = mesh::wire_magic, bye.version = mesh::wire_version, bye.type = static_cast<uint16_t>(mesh::message_type::bye);
+    bye.from_rank = first_local;
+    bye.seq = arrived->fewest_finished(first_local, static_cast<int>(local.size()));
+    for (auto& l : remote->links) {
+      if (!l) continue;
+      bye.to_rank = l->peer_process * remote->group.ranks_per_process();
+      (void)l->write(bye, nullptr);
+      l->close_writing();
+      l->stop_reading();
+    }
     for (auto& t : readers) t.join();
   }
 };
@@ -607,6 +664,8 @@ expected<ring_group> ring_group::start(runtime& rt, ring_options options) {
   }
   auto arrived = std::make_shared<arrivals>();
   arrived->calls.assign(static_cast<std::size_t>(options.ranks), 0);
+  arrived->finished.assign(static_cast<std::size_t>(options.ranks), 0);
+  state->arrived = arrived;
   std::vector<caf::actor> peers(static_cast<std::size_t>(options.ranks));
   for (int r = state->first_local; r < state->first_local + per_process; ++r) {
     auto rank = options.own_threads ? state->sys->spawn<caf::detached>(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived,
