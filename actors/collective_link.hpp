@@ -4,18 +4,22 @@
 // how they find each other, authenticate, choose a transport, and frame what they send. CAF-free,
 // so the tests can drive a link and the hostile-input checks can feed its reader bytes directly.
 //
-// Rendezvous. Process 0 listens on the rendezvous address; every other process connects to it and
-// says who it is (a hello: group name, token, ranks, processes, its index, the port it listens on
-// for the rest of the mesh, and its host's identity). Process 0 answers each with the table of
-// every process's address; then each process i connects to every process 0 < j < i. One TCP
-// connection per pair of processes, as Gloo's full mesh.
+// Rendezvous (actors/collective_mesh.cpp). Process 0 listens on the rendezvous address; every other
+// process connects to it and says who it is (a hello: group name, ranks, processes, its index, the
+// address it listens on for the rest of the mesh, its host's identity and a fresh nonce). The token
+// never crosses the wire: each side proves it knows it with an HMAC-SHA256 over both nonces, the
+// accepting side first. Process 0 answers each with the table of every process's address; then
+// each process i connects to every process 0 < j < i. One TCP connection per pair of processes,
+// as Gloo's full mesh. A handshake that is not done within a few seconds is dropped, so a silent
+// stranger on the port delays the group by that much at most.
 //
 // Transport. Two processes whose hosts are the same machine (hostname and kernel boot id agree) map a
 // shared-memory segment for the bulk bytes: one single-producer ring of bytes per direction, woken
 // through a futex in the mapping, which spares every byte two trips through the kernel's socket
 // buffers (loopback TCP, what Gloo uses on one host). The lower process creates the segment
-// (shm_open, 0600) and names it over the TCP link; the other maps it and says yes, and the name is
-// unlinked at once, so nothing outlives the processes. The TCP connection stays open beside it: its
+// (shm_open, 0600, its pages reserved up front so that a full /dev/shm is a refusal, not a SIGBUS
+// later) and names it over the TCP link; the other maps it and answers, and the name is unlinked
+// then or on any failure before, so no segment outlives the handshake. The TCP connection stays open beside it: its
 // end of file is how a dead peer is noticed. Other pairs send everything over the TCP connection.
 //
 // Frames. Every message is a fixed 72-byte little-endian header (wire_header) and its payload.
@@ -78,6 +82,8 @@ class link {
   virtual expected<void> read(void* out, std::size_t n) = 0;
   /// This side sends nothing more: the peer's reader sees the end after the bytes before it.
   virtual void close_writing() = 0;
+  /// A write from now on waits at most this long for a peer that does not read (a goodbye).
+  virtual void shorten_stall(std::chrono::milliseconds at_most) = 0;
   /// Unblocks read (it fails as cancelled) for a reader being stopped.
   virtual void stop_reading() = 0;
   /// "shared memory" or "tcp".
@@ -107,6 +113,15 @@ expected<std::vector<std::unique_ptr<link>>> connect(const mesh_options& options
 
 /// A link over a connected socket (tests: a socketpair).
 std::unique_ptr<link> make_tcp_link(int fd, int peer_process, std::chrono::milliseconds stall_timeout);
+
+/// The shared-memory rings of a pair, for the handshake (actors/collective_mesh.cpp): the bytes to
+/// map for rings of `capacity` bytes each way, their control blocks set up in a fresh mapping, and
+/// the link over them (`outgoing`: 0 for the side that made the segment, 1 for the other; the
+/// socket stays open beside it, its end of file telling that the peer is gone).
+std::size_t shared_ring_bytes(std::size_t capacity);
+void init_shared_rings(void* mapping);
+std::unique_ptr<link> make_shm_link(int fd, int peer_process, void* mapping, std::size_t capacity, int outgoing,
+                                    std::chrono::milliseconds stall_timeout);
 
 /// Reads one message: its header (checked) and payload size; the caller reads the payload.
 expected<wire_header> read_header(link& l, const group_shape& group, uint64_t max_payload_bytes);

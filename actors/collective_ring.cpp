@@ -73,11 +73,15 @@ struct arrivals {
     auto& c = calls[static_cast<std::size_t>(rank)];
     c = std::max(c, seq + 1);
   }
+  // The ranks whose calls this process can see: its own, and those in other processes that send
+  // to them (left neighbours, doubling partners). Empty: every rank (one process).
+  std::vector<bool> visible;
+
   std::string missing(uint64_t seq) {
     std::lock_guard<std::mutex> guard{mtx};
     std::string out;
     for (std::size_t r = 0; r < calls.size(); ++r)
-      if (calls[r] <= seq) out += (out.empty() ? "" : ", ") + std::to_string(r);
+      if (calls[r] <= seq && (visible.empty() || visible[r])) out += (out.empty() ? "" : ", ") + std::to_string(r);
     return out;
   }
 };
@@ -179,8 +183,16 @@ void add_into(tensor& buffer, int64_t begin, const tensor& chunk) {
   for (int64_t i = 0, n = chunk.numel(); i < n; ++i) out[i] += in[i];
 }
 
+// bfloat16 sums: each addition in f32, rounded back to bf16 (as a bf16 ring stores its partial sums).
+void add_into_bf16(tensor& buffer, int64_t begin, const tensor& chunk) {
+  bfloat16* out = buffer.data<bfloat16>() + begin;
+  const bfloat16* in = chunk.data<bfloat16>();
+  for (int64_t i = 0, n = chunk.numel(); i < n; ++i) out[i] = bfloat16{static_cast<float>(out[i]) + static_cast<float>(in[i])};
+}
+
 void add_chunk(tensor& buffer, int64_t begin, const tensor& chunk) {
   switch (buffer.type()) {
+    case dtype::bf16: return add_into_bf16(buffer, begin, chunk);
     case dtype::f32: return add_into<float>(buffer, begin, chunk);
     case dtype::f64: return add_into<double>(buffer, begin, chunk);
     case dtype::i32: return add_into<int32_t>(buffer, begin, chunk);
@@ -361,12 +373,45 @@ void apply_doubling(rank_actor* self, chunk_message&& m) {
   }
 }
 
+// Rounds of a call over n ranks, in which a rank receives one chunk each.
+int rounds_of(op_kind kind, int n) {
+  switch (kind) {
+    case op_kind::all_reduce: return 2 * (n - 1);
+    case op_kind::all_gather: return n - 1;
+    case op_kind::broadcast: return n;
+    case op_kind::all_reduce_doubling: return doubling_rounds(n);
+  }
+  return 0;
+}
+
+// A chunk whose round or length is not what the call's plan says (only bytes from another process
+// can be: a rank here always sends what the plan says). Checked before anything is added or copied.
+bool chunk_fits(const running_call& call, const chunk_message& m, int rank, int n) {
+  const auto kind = call.spec.kind;
+  if (m.round < 0 || m.round >= rounds_of(kind, n) || !m.data.is_contiguous()) return false;
+  if (kind == op_kind::all_reduce_doubling) return m.data.numel() == call.buffer.numel();
+  const int chunk = chunk_sent(kind, wrap(rank - 1, n), n, m.round);
+  const auto [begin, end] = chunk_range(call.buffer.numel(), n, chunk);
+  return m.data.numel() == end - begin;
+}
+
+void fail_misfit(rank_actor* self, const chunk_message& m) {
+  auto& s = self->state;
+  fail_all(self,
+           error{errc::protocol_violation, s.name + " call #" + std::to_string(m.seq) + " " + describe(m.spec) + ": rank " + std::to_string(s.rank) +
+                                               " got a chunk of " + std::to_string(m.data.numel()) + " elements for round " + std::to_string(m.round) +
+                                               ", which the call's plan does not have"},
+           true);
+}
+
 // Applies one chunk of the running call; a mismatch fails the whole ring.
 void apply(rank_actor* self, chunk_message&& m) {
   auto& s = self->state;
   auto& call = *s.current;
   const int n = s.ranks;
+  if (m.spec == call.spec && !chunk_fits(call, m, s.rank, n)) return fail_misfit(self, m);
   if (call.spec.kind == op_kind::all_reduce_doubling || m.spec.kind == op_kind::all_reduce_doubling) {
+    if (m.round < 0 || m.round >= doubling_rounds(n)) return fail_misfit(self, m);  // before 1 << round
     if (call.spec.kind == m.spec.kind) return apply_doubling(self, std::move(m));
     // One rank chose doubling, its neighbour the ring: their sizes differ. Who sent it: the left
     // neighbour for a ring chunk, the round's partner for a doubling one.
@@ -502,6 +547,13 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
         if (st.failed) return;
         chunk_message m{seq, call_spec::from(kind, root, step, bucket, type, numel), round, std::move(data)};
         if (st.current && st.current->seq == seq) return apply(self, std::move(m));
+        // Every call needs every rank, so no rank gets more than a call ahead of this one's calls:
+        // a chunk further ahead is a peer breaking the protocol, not one to keep.
+        if (seq > st.next_seq + 1)
+          return fail_all(self,
+                          error{errc::protocol_violation, st.name + ": rank " + std::to_string(st.rank) + " got a chunk of call #" +
+                                                              std::to_string(seq) + " after making " + std::to_string(st.next_seq) + " call(s)"},
+                          true);
         if (!st.current || seq > st.current->seq) st.early[seq].push_back(std::move(m));  // a call not begun here yet
       },
       [=](left_atom, int32_t process, uint64_t finished) {
@@ -530,7 +582,9 @@ caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string 
         const std::string missing = st.arrived->missing(seq);
         fail_all(self,
                  error{errc::timeout, st.name + " call #" + std::to_string(seq) + " " + describe(st.current->spec.id) +
-                                          ": " + (missing.empty() ? std::string{"every rank called, but the ring stalled"}
+                                          ": " + (missing.empty() ? std::string{st.remote ? "every rank this process hears from called; the "
+                                                                                           "ring stalled beyond them"
+                                                                                         : "every rank called, but the ring stalled"}
                                                                   : "rank(s) " + missing + " did not arrive") +
                                           " within " + std::to_string(st.timeout.count()) + " ms"},
                  true);
@@ -621,6 +675,7 @@ struct ring_group::impl {
     for (auto& l : remote->links) {
       if (!l) continue;
       bye.to_rank = l->peer_process * remote->group.ranks_per_process();
+      l->shorten_stall(std::chrono::milliseconds{1000});  // a peer that no longer reads must not hold this one up
       (void)l->write(bye, nullptr);
       l->close_writing();
       l->stop_reading();
@@ -665,6 +720,15 @@ expected<ring_group> ring_group::start(runtime& rt, ring_options options) {
   auto arrived = std::make_shared<arrivals>();
   arrived->calls.assign(static_cast<std::size_t>(options.ranks), 0);
   arrived->finished.assign(static_cast<std::size_t>(options.ranks), 0);
+  if (state->remote) {
+    arrived->visible.assign(static_cast<std::size_t>(options.ranks), false);
+    const bool power_of_two = (options.ranks & (options.ranks - 1)) == 0;
+    for (int r = state->first_local; r < state->first_local + per_process; ++r) {
+      arrived->visible[static_cast<std::size_t>(r)] = true;
+      arrived->visible[static_cast<std::size_t>((r + options.ranks - 1) % options.ranks)] = true;
+      for (int bit = 1; power_of_two && bit < options.ranks; bit <<= 1) arrived->visible[static_cast<std::size_t>(r ^ bit)] = true;
+    }
+  }
   state->arrived = arrived;
   std::vector<caf::actor> peers(static_cast<std::size_t>(options.ranks));
   for (int r = state->first_local; r < state->first_local + per_process; ++r) {
@@ -768,8 +832,8 @@ pending_result ring_group::start_all_reduce(int rank, call_id id, tensor value) 
     return pending_result{std::move(p)};
   }
   const dtype t = value.type();
-  if (t != dtype::f32 && t != dtype::f64 && t != dtype::i32 && t != dtype::i64) {
-    p->refused = error{errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, i32, i64)"};
+  if (t != dtype::f32 && t != dtype::f64 && t != dtype::bf16 && t != dtype::i32 && t != dtype::i64) {
+    p->refused = error{errc::invalid_argument, "all_reduce: " + std::string{to_string(t)} + " is not summed (f32, f64, bf16, i32, i64)"};
     return pending_result{std::move(p)};
   }
   const op_kind kind =

@@ -60,7 +60,8 @@ struct process_options {
   int processes = 1;
   /// host:port where process 0 listens and the others join (IPv4).
   std::string rendezvous = "127.0.0.1:29400";
-  /// A secret every process presents (constant-time compared; the links are not encrypted).
+  /// A secret every process knows; it never crosses the wire (each side proves it with an
+  /// HMAC-SHA256 over fresh nonces). The links are authenticated at the handshake, not encrypted.
   /// Empty: the AF_COLLECTIVE_TOKEN environment variable; one of them is required.
   std::string token;
   /// Address the listeners of processes 1.. bind to (the others connect to it).
@@ -71,7 +72,9 @@ struct process_options {
   /// How long start waits for every process to join.
   std::chrono::milliseconds connect_timeout{30000};
   /// Largest chunk accepted from another process (its header is input: checked before allocating).
-  uint64_t max_message_bytes = uint64_t{1} << 34;
+  /// A ring's chunk is a rank's share of the tensor (an all-gather's, its whole input): 2 GiB
+  /// allows all-reduces of 4 GiB over 2 ranks.
+  uint64_t max_message_bytes = uint64_t{1} << 31;
 };
 
 struct ring_options {
@@ -130,7 +133,7 @@ class ring_group {
   /// Stops the ring; calls still waiting fail as cancelled.
   ~ring_group();
 
-  /// The element-wise sum over every rank's `value` (f32, f64, i32 or i64; the same shape and dtype
+  /// The element-wise sum over every rank's `value` (f32, f64, bf16, i32 or i64; bf16 adds in f32 and rounds each partial sum; the same shape and dtype
   /// on every rank) for rank `rank`. Blocks the calling thread until the ring is done; each rank
   /// calls from its own thread. A `value` handed over with std::move whose storage nothing else
   /// holds is summed in place and comes back as the result (a fresh gradient: no copy); any other

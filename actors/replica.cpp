@@ -63,6 +63,31 @@ struct group_context {
   int processes = 1;
   int first_rank = 0;  // this process's first replica
   bool overlap = true;
+  int accumulation_steps = 1;  // batches whose gradients make one update
+  bool reduce_in_bf16 = false;
+};
+
+/// A replica's gradients of the batches since its last update (accumulation_steps > 1).
+struct accumulation {
+  std::vector<tensor> sum;  // per trainable weight; empty before the first batch of a window
+  int batches = 0;          // batches added since the last update
+  std::optional<error> failure;  // the first batch of the window that failed here
+
+  expected<void> add(std::vector<tensor>& gradients) {
+    if (sum.empty()) {
+      sum = std::move(gradients);
+      return {};
+    }
+    for (std::size_t k = 0; k < sum.size(); ++k) {
+      if (!gradients[k].defined()) continue;
+      if (!sum[k].defined()) {
+        sum[k] = std::move(gradients[k]);
+        continue;
+      }
+      AF_TRY_ASSIGN(sum[k], af::add(sum[k], gradients[k]));
+    }
+    return {};
+  }
 };
 
 std::vector<bucket> plan_buckets(const std::vector<shape>& shapes, const std::vector<dtype>& types, std::size_t bucket_bytes) {
@@ -80,16 +105,17 @@ std::vector<bucket> plan_buckets(const std::vector<shape>& shapes, const std::ve
 }
 
 // The last bucket ends with one more element, the sum over replicas of each failed replica's mark:
-// 2^rank in a group of up to 24 (exact in f32, so the message names them), else 1 (a count). It is
+// 2^rank in a group of up to 24 (exact in f32, so the message names them; 8 when the buckets are
+// summed in bf16, whose 8 significant bits hold any sum of 2^0 .. 2^7), else 1 (a count). It is
 // started last, once the replica knows how its part went.
-constexpr int named_failures_up_to = 24;
+int named_failures_up_to(bool bf16) { return bf16 ? 8 : 24; }
 
-double failure_mark(int rank, int replicas) {
-  return replicas <= named_failures_up_to ? static_cast<double>(int64_t{1} << rank) : 1.0;
+double failure_mark(int rank, int replicas, bool bf16) {
+  return replicas <= named_failures_up_to(bf16) ? static_cast<double>(int64_t{1} << rank) : 1.0;
 }
 
-std::string failed_ranks(double flags, int replicas) {
-  if (replicas > named_failures_up_to) return std::to_string(static_cast<int64_t>(flags)) + " replica(s)";
+std::string failed_ranks(double flags, int replicas, bool bf16) {
+  if (replicas > named_failures_up_to(bf16)) return std::to_string(static_cast<int64_t>(flags)) + " replica(s)";
   const auto bits = static_cast<int64_t>(flags);
   std::string out;
   for (int r = 0; r < replicas; ++r)
@@ -121,6 +147,7 @@ expected<tensor> pack(const group_context& g, std::size_t b, const std::vector<t
       std::memcpy(out, &f, sizeof f);
     }
   }
+  if (g.reduce_in_bf16) return cast(flat, dtype::bf16);  // half the bytes through the ring
   return flat;
 }
 
@@ -135,18 +162,37 @@ error check_gradient(const group_context& g, std::size_t k, const tensor& grad) 
 /// last one only when the replica knows whether its part failed), then waited for in order.
 class bucket_reducer {
  public:
-  bucket_reducer(const group_context& g, int rank, uint64_t step)
-      : g_(g), rank_(rank), step_(step), gradients_(g.gradient_shapes.size()), missing_(g.buckets.size()), bucket_of_(gradients_.size()) {
+  bucket_reducer(const group_context& g, int rank, uint64_t step, std::vector<tensor> accumulated)
+      : g_(g), rank_(rank), step_(step), gradients_(g.gradient_shapes.size()), accumulated_(std::move(accumulated)),
+        missing_(g.buckets.size()), bucket_of_(gradients_.size()) {
+    accumulated_.resize(gradients_.size());
     for (std::size_t b = 0; b < g.buckets.size(); ++b) {
       missing_[b] = g.buckets[b].members.size();
       for (std::size_t k : g.buckets[b].members) bucket_of_[k] = b;
     }
   }
 
-  /// A gradient the backward pass has just computed: its bucket starts if it and those before it
-  /// are complete.
+  /// A gradient the backward pass has just computed (to which the earlier batches' of the window
+  /// are added): its bucket starts if it and those before it are complete.
   void arrived(std::size_t k, const tensor& grad) {
     if (k >= gradients_.size() || gradients_[k].defined()) return;
+    if (accumulated_[k].defined()) {
+      auto total = af::add(grad, accumulated_[k]);
+      if (!total) {
+        if (!failed_) failed_ = total.error_value();
+        return;
+      }
+      return take(k, *total);
+    }
+    take(k, grad);
+  }
+
+  /// An earlier batch of the window failed on this replica: no replica applies the window's update.
+  void fail(const error& why) {
+    if (!failed_) failed_ = why;
+  }
+
+  void take(std::size_t k, const tensor& grad) {
     if (auto bad = check_gradient(g_, k, grad)) {
       if (!failed_) failed_ = bad;
       return;  // the bucket carries zeros there
@@ -162,9 +208,12 @@ class bucket_reducer {
     if (outcome && !idle)
       for (std::size_t k = 0; k < gradients_.size(); ++k)
         if (!gradients_[k].defined() && !failed_) arrived(k, outcome->gradients[k]);
+    if (outcome && idle)  // no rows this time, but the window's earlier batches count
+      for (std::size_t k = 0; k < gradients_.size(); ++k)
+        if (!gradients_[k].defined() && accumulated_[k].defined() && !failed_) take(k, accumulated_[k]);
     const bool ok = outcome && !failed_;
-    if (!ok || idle) gradients_.assign(gradients_.size(), tensor{});  // zeros for what is not started yet
-    while (started_ < g_.buckets.size()) start(started_, ok ? 0.0 : failure_mark(rank_, g_.replicas));
+    if (!ok) gradients_.assign(gradients_.size(), tensor{});  // zeros for what is not started yet
+    while (started_ < g_.buckets.size()) start(started_, ok ? 0.0 : failure_mark(rank_, g_.replicas, g_.reduce_in_bf16));
     std::vector<tensor> summed(gradients_.size());
     double flags = 0;
     error ring_failure;
@@ -173,6 +222,11 @@ class bucket_reducer {
       if (!reduced) {
         if (!ring_failure) ring_failure = reduced.error_value();
         continue;
+      }
+      if (reduced->type() != g_.buckets[b].type) {  // summed in bf16
+        auto widened = cast(*reduced, g_.buckets[b].type);
+        if (!widened) return with_context(widened.error_value(), where);
+        reduced = std::move(widened);
       }
       int64_t offset = 0;
       for (std::size_t k : g_.buckets[b].members) {
@@ -187,7 +241,7 @@ class bucket_reducer {
     if (!outcome) return with_context(outcome.error_value(), where);
     if (failed_) return with_context(failed_, where);
     if (flags != 0)
-      return make_error(errc::failed_precondition, where + ": " + failed_ranks(flags, g_.replicas) +
+      return make_error(errc::failed_precondition, where + ": " + failed_ranks(flags, g_.replicas, g_.reduce_in_bf16) +
                                                        " failed on its slice, so no replica applied this update");
     return summed;
   }
@@ -198,7 +252,8 @@ class bucket_reducer {
     auto flat = pack(g_, b, gradients_, flag);
     if (!flat) {  // no memory for the bucket: the others still need this rank's call
       if (!failed_) failed_ = flat.error_value();
-      flat = tensor::zeros({g_.buckets[b].numel + (b + 1 == g_.buckets.size() ? 1 : 0)}, g_.buckets[b].type);
+      flat = tensor::zeros({g_.buckets[b].numel + (b + 1 == g_.buckets.size() ? 1 : 0)},
+                           g_.reduce_in_bf16 ? dtype::bf16 : g_.buckets[b].type);
       if (!flat) std::abort();  // neither: nothing can be sent, and the others would wait in vain
     }
     pending_.push_back(g_.ring->start_all_reduce(rank_, {step_, static_cast<uint32_t>(b)}, std::move(*flat)));
@@ -208,6 +263,7 @@ class bucket_reducer {
   int rank_;
   uint64_t step_;
   std::vector<tensor> gradients_;
+  std::vector<tensor> accumulated_;  // the window's earlier batches, per weight (undefined: none)
   std::vector<std::size_t> missing_;
   std::vector<std::size_t> bucket_of_;
   std::size_t started_ = 0;
@@ -284,38 +340,72 @@ expected<nn::batch_result> gather_batch(const group_context& g, const nn::model&
 /// One replica's step: its gradients, every bucket summed over the ring (each started as soon as
 /// the backward pass has produced it), then the update. Every replica makes the same collective
 /// calls in the same order whatever happened to its slice, so none waits in vain.
-expected<nn::batch_result> step_replica(const group_context& g, nn::model& model, int rank, uint64_t step, const batch_slice& slice,
-                                        uint64_t seed, double share, double learning_rate, bool assemble) {
+expected<nn::batch_result> step_replica(const group_context& g, nn::model& model, accumulation& window, int rank, uint64_t step,
+                                        const batch_slice& slice, uint64_t seed, double share, double learning_rate, bool assemble) {
   const std::string where = g.name + ": replica " + std::to_string(rank) + " of " + std::to_string(g.replicas) + ", step " +
                             std::to_string(step + 1);
   scoped_thread_share cores{g.threads};
   // A global batch smaller than the group leaves the last replicas without rows: they add zeros.
   const bool idle = slice.inputs.empty() || slice.inputs[0].ndim() == 0 || slice.inputs[0].dim(0) == 0;
+  const int64_t rows = idle ? 0 : slice.inputs[0].dim(0);
+  // Each batch of a window of accumulation_steps counts for its share of the window's mean.
+  const double part = share / g.accumulation_steps;
+  auto global_result = [&](expected<nn::batch_result> mine) -> expected<nn::batch_result> {
+    if (g.processes == 1) return mine;
+    // Every rank gathers, whatever happened to its slice, so that none waits in vain.
+    auto global = gather_batch(g, model, rank, step, mine ? *mine : nn::batch_result{}, mine ? rows : 0, assemble);
+    if (!mine) return mine;
+    if (!global) return with_context(global.error_value(), where + ", gathering the batch's results from the other processes");
+    return global;
+  };
+
+  if (++window.batches < g.accumulation_steps) {  // not the window's last batch: no update yet
+    expected<nn::replica_gradients> computed = nn::replica_gradients{};
+    if (!idle) computed = model.compute_gradients(slice.inputs, slice.targets, seed, part);
+    if (computed && !idle) {
+      // Moving statistics follow every batch, as they would without accumulation.
+      std::vector<tensor> values = model.weight_values();
+      const auto& frozen = model.non_trainable_indices();
+      for (std::size_t j = 0; j < frozen.size() && j < computed->non_trainable.size(); ++j)
+        values[static_cast<std::size_t>(frozen[j])] = computed->non_trainable[j];
+      auto kept = model.set_weight_values(std::move(values));
+      if (kept) kept = window.add(computed->gradients);
+      if (!kept) computed = kept.error_value();
+    }
+    if (!computed && !window.failure) window.failure = with_context(computed.error_value(), where);
+    if (!computed) return global_result(*window.failure);
+    return global_result(std::move(computed->batch));
+  }
+  auto earlier = std::move(window.sum);
+  auto window_failure = std::move(window.failure);
+  window = accumulation{};
+
   if (g.replicas == 1) {  // nothing to sum with
-    AF_TRY_ASSIGN(auto alone, model.compute_gradients(slice.inputs, slice.targets, seed, share));
+    AF_TRY_ASSIGN(auto alone, model.compute_gradients(slice.inputs, slice.targets, seed, part));
+    if (window_failure) return *window_failure;
+    for (std::size_t k = 0; k < earlier.size() && k < alone.gradients.size(); ++k) {
+      if (!earlier[k].defined()) continue;
+      AF_TRY_ASSIGN(alone.gradients[k], af::add(alone.gradients[k], earlier[k]));
+    }
     if (auto applied = model.apply_gradients(std::move(alone.gradients), std::move(alone.non_trainable), learning_rate); !applied)
       return with_context(applied.error_value(), where);
     return std::move(alone.batch);
   }
-  bucket_reducer buckets{g, rank, step};
+  bucket_reducer buckets{g, rank, step, std::move(earlier)};
+  if (window_failure) buckets.fail(*window_failure);
   expected<nn::replica_gradients> computed = nn::replica_gradients{};
   if (idle) {
     for (int i : model.non_trainable_indices()) computed->non_trainable.push_back(model.weight_values()[static_cast<std::size_t>(i)]);
   } else if (g.overlap) {
-    computed = model.compute_gradients(slice.inputs, slice.targets, seed, share,
+    computed = model.compute_gradients(slice.inputs, slice.targets, seed, part,
                                        [&](std::size_t k, const tensor& grad) { buckets.arrived(k, grad); });
   } else {
-    computed = model.compute_gradients(slice.inputs, slice.targets, seed, share);
+    computed = model.compute_gradients(slice.inputs, slice.targets, seed, part);
   }
   AF_TRY_ASSIGN(auto summed, buckets.finish(computed, idle, where));
   if (auto applied = model.apply_gradients(std::move(summed), std::move(computed->non_trainable), learning_rate); !applied)
     return with_context(applied.error_value(), where);
-  if (g.processes > 1) {
-    auto global = gather_batch(g, model, rank, step, computed->batch, idle ? 0 : slice.inputs[0].dim(0), assemble);
-    if (!global) return with_context(global.error_value(), where + ", gathering the batch's results from the other processes");
-    return global;
-  }
-  return std::move(computed->batch);
+  return global_result(std::move(computed->batch));
 }
 
 /// Across processes: every rank's non-trainable weights flattened to f64 and summed (every rank of
@@ -335,6 +425,7 @@ constexpr uint64_t aggregation_ids = uint64_t{1} << 63;
 struct replica_state {
   int rank = 0;
   int replicas = 1;
+  accumulation window;
   std::unique_ptr<nn::model> model;
   std::shared_ptr<const group_context> group;
 };
@@ -351,7 +442,7 @@ replica_actor::behavior_type replica_behaviour(replica_actor::stateful_pointer<r
              double learning_rate) -> caf::result<double, tensor, std::vector<tensor>> {
         auto& st = self->state;
         batch_slice slice{std::move(inputs), std::move(targets)};
-        auto r = step_replica(*st.group, *st.model, st.rank, step, slice, seed, share, learning_rate, false);
+        auto r = step_replica(*st.group, *st.model, st.window, st.rank, step, slice, seed, share, learning_rate, false);
         if (!r) return to_caf_error(r.error_value());
         return caf::result<double, tensor, std::vector<tensor>>{r->loss, tensor::from_vector(r->output_loss), std::move(r->predictions)};
       },
@@ -389,6 +480,7 @@ struct replica_group::impl {
   std::vector<replica_actor> others;  // replicas 1.. of this process
   uint64_t steps = 0;
   uint64_t aggregations = 0;
+  accumulation window;  // replica 0's
   std::optional<error> broken;  // a collective failed: the ring fails every later call alike
 
   int size() const { return static_cast<int>(others.size()) + 1; }
@@ -402,6 +494,8 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
   if (options.replicas < 1) return make_error(errc::invalid_argument, options.name + ": at least one replica is needed");
   if (!model.compiled()) return make_error(errc::invalid_argument, options.name + ": compile the model before replicating it");
   if (options.bucket_bytes == 0) return make_error(errc::invalid_argument, options.name + ": the bucket size must be positive");
+  if (options.accumulation_steps < 1)
+    return make_error(errc::invalid_argument, options.name + ": accumulation_steps must be at least 1, not " + std::to_string(options.accumulation_steps));
   auto group = std::make_shared<group_context>();
   group->name = options.name;
   for (int i : model.trainable_indices()) {
@@ -418,6 +512,8 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
   group->processes = processes;
   group->first_rank = options.across.process * options.replicas;
   group->overlap = options.overlap;
+  group->accumulation_steps = options.accumulation_steps;
+  group->reduce_in_bf16 = options.reduce_in_bf16;
   group->threads = options.threads_per_replica > 0 ? options.threads_per_replica : std::max(1, thread_budget() / options.replicas);
   // The ring's ranks run on threads of their own, which sleep until a chunk comes: scheduled rank
   // actors woke CAF's workers at every step, whose polling for more work then took the replicas'
@@ -483,7 +579,7 @@ expected<nn::batch_result> replica_group::train_step(std::vector<batch_slice> sl
   }
   std::vector<expected<nn::batch_result>> results;
   results.reserve(static_cast<std::size_t>(n));
-  results.push_back(step_replica(*g.group, *g.model, first, step, slices[static_cast<std::size_t>(first)], seed_of(first),
+  results.push_back(step_replica(*g.group, *g.model, g.window, first, step, slices[static_cast<std::size_t>(first)], seed_of(first),
                                  share(static_cast<std::size_t>(first)), learning_rate, true));
   for (int r = 1; r < n; ++r) {
     expected<nn::batch_result> got = make_error(errc::cancelled, g.group->name + ": replica " + std::to_string(r) + " did not answer");

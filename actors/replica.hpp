@@ -56,6 +56,15 @@ struct group_options {
   /// Start a bucket's all-reduce as soon as the backward pass has produced its gradients, while the
   /// rest of the pass computes (DDP's overlap); false: after the whole pass.
   bool overlap = true;
+  /// Batches whose gradients make one update (DDP's no_sync, Keras' gradient_accumulation_steps):
+  /// each replica adds its gradients up locally, without a collective, and every
+  /// accumulation_steps-th batch reduces the sum and applies their mean, which equals one update
+  /// on the window's batches together when they have equal rows. Moving statistics follow every
+  /// batch; a batch that fails anywhere in the window cancels the window's update.
+  int accumulation_steps = 1;
+  /// Sum the gradient buckets in bfloat16 (half the bytes through the ring, 8 significant bits per
+  /// addition), converting back before the update.
+  bool reduce_in_bf16 = false;
   /// How long a replica waits for the others in a collective before the step fails naming them.
   std::chrono::milliseconds timeout{60000};
   /// Names the group in errors.

@@ -91,6 +91,8 @@ class mirrored_strategy_impl final : public strategy {
                                                                          .threads_per_replica = options_.threads_per_replica,
                                                                          .bucket_bytes = options_.bucket_bytes,
                                                                          .overlap = options_.overlap,
+                                                                         .accumulation_steps = options_.accumulation_steps,
+                                                                         .reduce_in_bf16 = options_.reduce_in_bf16,
                                                                          .timeout = options_.timeout,
                                                                          .name = describe(),
                                                                          .across = options_.across}));
@@ -124,6 +126,9 @@ expected<std::shared_ptr<const strategy>> mirrored_strategy(std::vector<std::str
     if (!seen.insert(d).second) return make_error(errc::invalid_argument, "mirrored_strategy: device '" + d + "' is named twice");
   }
   if (options.bucket_bytes == 0) return make_error(errc::invalid_argument, "mirrored_strategy: the bucket size must be positive");
+  if (options.accumulation_steps < 1)
+    return make_error(errc::invalid_argument, "mirrored_strategy: accumulation_steps must be at least 1, not " +
+                                                  std::to_string(options.accumulation_steps));
   if (options.across.processes < 1 || options.across.process < 0 || options.across.process >= options.across.processes)
     return make_error(errc::invalid_argument, "mirrored_strategy: process " + std::to_string(options.across.process) + " of " +
                                                   std::to_string(options.across.processes) + " does not exist");

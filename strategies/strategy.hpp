@@ -82,6 +82,12 @@ struct mirrored_options {
   bool overlap = true;
   /// How long a replica waits for the others before the step fails naming them.
   std::chrono::milliseconds timeout{60000};
+  /// Batches whose gradients make one update: every replica adds them up without a collective and
+  /// every accumulation_steps-th batch reduces and applies their mean (DDP's no_sync, Keras'
+  /// gradient_accumulation_steps); a failed batch cancels its window's update.
+  int accumulation_steps = 1;
+  /// Sum the gradients in bfloat16 through the ring (half the bytes; 8 significant bits).
+  bool reduce_in_bf16 = false;
   /// The processes training together, each with these devices' replicas (processes = 1: this one
   /// alone). The ring joins them when fit starts.
   collectives::process_options across;

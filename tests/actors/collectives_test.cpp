@@ -11,6 +11,7 @@
 
 #include "actors/collectives.hpp"
 #include "actors/runtime.hpp"
+#include "ops/elementwise.hpp"
 #include "ops/random.hpp"
 
 using namespace af;
@@ -82,6 +83,31 @@ TEST_CASE("integer all-reduce is exact and keeps the caller's shape out of the w
   for (auto& result : results) {
     REQUIRE(result);
     CHECK(result->to_vector<int64_t>() == std::vector<int64_t>{3, 30, 300, 3000, -3, (int64_t{1} << 40) * 3});
+  }
+}
+
+TEST_CASE("a bfloat16 all-reduce adds in f32 and rounds each partial sum to bf16, the same bits on every rank", "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  for (int ranks : {2, 3, 4}) {
+    auto ring = ring_group::start(rt, {.ranks = ranks}).value();
+    std::vector<tensor> values;
+    // Small integers are exact in bf16; 1 + 2^-9 is not (8 significant bits) and rounds to 1.
+    for (int r = 0; r < ranks; ++r) {
+      auto f = tensor::from_vector<float>({static_cast<float>(r + 1), -2.0f * static_cast<float>(r), 1.0f + 1.0f / 512, 0.5f}, {4});
+      values.push_back(cast(f, dtype::bf16).value());
+    }
+    auto results = call_every_rank(ring, std::vector<call_id>(static_cast<std::size_t>(ranks), call_id{1, 0}), values);
+    const float n = static_cast<float>(ranks);
+    for (auto& result : results) {
+      REQUIRE(result);
+      CHECK(result->type() == dtype::bf16);
+      const auto got = cast(*result, dtype::f32).value().to_vector<float>();
+      CHECK(got[0] == n * (n + 1) / 2);
+      CHECK(got[1] == -n * (n - 1));
+      CHECK(got[2] == n);  // each addend rounded to 1 before the ring saw it
+      CHECK(got[3] == n / 2);
+      CHECK(result->to_vector<float>() == results[0]->to_vector<float>());
+    }
   }
 }
 

@@ -249,6 +249,80 @@ TEST_CASE("joining is refused with a reason for a wrong token, and strangers do 
   CHECK(sum->data<float>()[0] == 3.0f);
 }
 
+TEST_CASE("a silent stranger on the rendezvous port delays the group by the handshake limit at most", "[net][collectives]") {
+  const std::string rendezvous = free_rendezvous();
+  const auto port = static_cast<uint16_t>(std::stoi(rendezvous.substr(rendezvous.rfind(':') + 1)));
+  std::string zero_error = "did not finish";
+  const auto start = std::chrono::steady_clock::now();
+  std::thread zero([&] {
+    runtime rt{{.scheduler_threads = 1}};
+    auto ring = ring_group::start(rt, options_for(2, 0, 2, rendezvous, link_transport::automatic));
+    zero_error = ring ? "" : ring.error_value().message;
+  });
+  expected<net::socket_fd> silent = make_error(errc::cancelled, "not connected");
+  for (int tries = 0; tries < 200 && !silent; ++tries) {
+    silent = net::connect_tcp("127.0.0.1", port);  // connects first and never says a word
+    if (!silent) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(silent);
+  std::string one_error = "did not finish";
+  {
+    runtime rt{{.scheduler_threads = 1}};
+    auto ring = ring_group::start(rt, options_for(2, 1, 2, rendezvous, link_transport::automatic));
+    one_error = ring ? "" : ring.error_value().message;
+  }
+  zero.join();
+  CHECK(zero_error.empty());
+  CHECK(one_error.empty());
+  CHECK(std::chrono::steady_clock::now() - start < 12s);  // the stranger's 5 s, not the 20 s connect timeout
+}
+
+TEST_CASE("chunks from another process that do not fit the call fail it by name, never write past it", "[net][collectives]") {
+  struct hostile {
+    const char* what;
+    uint64_t seq;
+    int32_t round;
+    uint64_t elements;
+  };
+  // 2 ranks, 100000 floats: the ring's round 0 chunk from rank 1 holds 50000.
+  for (hostile h : {hostile{"a chunk twice too long", 0, 0, 100000}, hostile{"a chunk too short", 0, 0, 10},
+                    hostile{"a round beyond the plan", 0, 2, 50000}, hostile{"a call far ahead", 1000, 0, 50000}}) {
+    INFO(h.what);
+    const std::string rendezvous = free_rendezvous();
+    expected<tensor> sum = make_error(errc::cancelled, "not called");
+    std::thread zero([&] {
+      runtime rt{{.scheduler_threads = 1}};
+      auto o = options_for(2, 0, 2, rendezvous, link_transport::automatic);
+      o.doubling_max_bytes = 0;  // the ring, whose chunks are halves
+      auto ring = ring_group::start(rt, o);
+      if (!ring) sum = ring.error_value();
+      else sum = ring->all_reduce(0, {.step = 3}, tensor::full({100000}, 1.0, dtype::f32).value());
+    });
+    // This thread is process 1: it joins through the real handshake, then writes what it likes.
+    mesh::mesh_options m;
+    m.group = {2, 2, 1};
+    m.name = "test ring", m.token = "secret-7";
+    m.rendezvous_host = "127.0.0.1";
+    m.rendezvous_port = static_cast<uint16_t>(std::stoi(rendezvous.substr(rendezvous.rfind(':') + 1)));
+    m.bind_host = "127.0.0.1";
+    m.shared_memory_bytes = 256 << 10;
+    m.connect_timeout = 20000ms;
+    std::atomic<bool> stop{false};
+    auto links = mesh::connect(m, stop);
+    REQUIRE(links);
+    mesh::wire_header w;
+    w.magic = mesh::wire_magic, w.version = mesh::wire_version, w.type = static_cast<uint16_t>(mesh::message_type::chunk);
+    w.to_rank = 0, w.from_rank = 1, w.seq = h.seq, w.step = 3, w.kind = 0, w.dtype = static_cast<int32_t>(dtype::f32);
+    w.numel = 100000, w.round = h.round, w.payload_bytes = h.elements * sizeof(float);
+    const std::vector<float> payload(h.elements, 2.0f);
+    REQUIRE((*links)[0]->write(w, payload.data()));
+    zero.join();
+    REQUIRE_FALSE(sum);
+    CHECK(sum.error_value().code == errc::protocol_violation);
+    CHECK_THAT(sum.error_value().message, Contains("rank 0 got a chunk"));
+  }
+}
+
 TEST_CASE("a ring across processes refuses options that cannot work, by name", "[net][collectives]") {
   runtime rt{{.scheduler_threads = 1}};
   auto o = options_for(3, 0, 2, "127.0.0.1:1", link_transport::automatic);

@@ -38,6 +38,14 @@ inline nn::model digits_like_cnn(optimizers::optimizer opt) {
                   std::move(opt));
 }
 
+/// The MLP with a batch normalization: moving statistics each replica keeps for itself.
+inline nn::model digits_like_bn_mlp(optimizers::optimizer opt) {
+  return compiled(nn::model::sequential(nn::input({8, 8, 1}, dtype::f32, "image"),
+                                        {nn::flatten(), nn::dense(64), nn::batch_normalization(), nn::activation("relu"), nn::dense(10)},
+                                        {.seed = 7}),
+                  std::move(opt));
+}
+
 struct batch {
   tensor images, labels;
 };

@@ -114,6 +114,7 @@ std::vector<peer_result> run_processes(int processes, int replicas, const std::s
 }
 
 nn::model make_model(const std::string& kind) {
+  if (kind == "bn") return digits_like_bn_mlp(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}));
   return kind == "cnn" ? digits_like_cnn(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}))
                        : digits_like_mlp(optimizers::optimizer::adam({.learning_rate = 0.001}));
 }
@@ -133,6 +134,7 @@ std::vector<double> train_here(runtime& rt, nn::model& model, int replicas, int 
     REQUIRE(r);
     losses.push_back(r->loss);
   }
+  if (set) REQUIRE(set->sync_into_model());
   return losses;
 }
 
@@ -160,6 +162,24 @@ TEST_CASE("2 processes, of 1 or 2 replicas each, end with the weights of one rep
     for (std::size_t s = 0; s < losses_one.size(); ++s) CHECK(r.reported[s] == Approx(losses_one[s]).epsilon(1e-5));
   }
   CHECK(weight_distance(weights_of(one), weights_of(make_model(kind))) > 1e-3);  // the steps did move the weights
+}
+
+TEST_CASE("moving statistics are averaged over the replicas of every process, as over replicas in one process",
+          "[cpu][strategies][processes]") {
+  runtime rt;
+  auto together = make_model("bn");  // 2 replicas in this process
+  train_here(rt, together, 2, 10);
+  const auto results = run_processes(2, 1, "bn", 10, "auto");
+  for (const auto& r : results) {
+    INFO("a process failed: " << r.error);
+    REQUIRE(r.error.empty());
+    CHECK(weight_distance(r.weights, weights_of(together)) <= 1e-6);
+  }
+  CHECK(results[0].weights == results[1].weights);
+  // The statistics did differ between the replicas: the mean is not either replica's own.
+  auto alone = make_model("bn");
+  train_here(rt, alone, 1, 10);
+  CHECK(weight_distance(weights_of(alone), weights_of(together)) > 1e-7);
 }
 
 TEST_CASE("2 processes end with the same bits over TCP as over shared memory", "[cpu][strategies][processes]") {

@@ -4,7 +4,10 @@
 // what it reported and its final weights to a file (f64 values, each list preceded by its length)
 // or, when a step fails, "error: " and the message.
 //
-//   mirrored_peer PROCESS PROCESSES REPLICAS RENDEZVOUS TOKEN mlp|cnn|fit STEPS TRANSPORT OUT [EXIT_AFTER]
+//   mirrored_peer PROCESS PROCESSES REPLICAS RENDEZVOUS TOKEN mlp|cnn|bn|fit STEPS TRANSPORT OUT [EXIT_AFTER]
+//
+// bn: the MLP with a batch normalization, its replicas' moving statistics averaged into the model
+// (sync_into_model) after the steps.
 //
 // EXIT_AFTER: leave (std::_Exit, as a crash does) before that step, to test the survivors.
 
@@ -50,8 +53,9 @@ int main(int argc, char** argv) {
   const int exit_after = argc > 10 ? std::atoi(argv[10]) : -1;
   try {
     runtime rt{{.scheduler_threads = 1}};
-    auto model = kind == "cnn" ? digits_like_cnn(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}))
-                               : digits_like_mlp(optimizers::optimizer::adam({.learning_rate = 0.001}));
+    auto model = kind == "cnn"  ? digits_like_cnn(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}))
+                 : kind == "bn" ? digits_like_bn_mlp(optimizers::optimizer::sgd({.learning_rate = 0.05, .momentum = 0.9}))
+                                : digits_like_mlp(optimizers::optimizer::adam({.learning_rate = 0.001}));
     std::vector<std::string> devices;
     for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
     auto strategy = distribute::mirrored_strategy(
@@ -79,6 +83,8 @@ int main(int argc, char** argv) {
         if (r->predictions.empty() || r->predictions[0].dim(0) != 64) return fail(out_path, "predictions are not the global batch's");
         reported.push_back(r->loss);
       }
+      if (kind == "bn")
+        if (auto synced = (*set)->sync_into_model(); !synced) return fail(out_path, synced.error_value().message);
     }
     std::ofstream out{out_path, std::ios::binary};
     write_list(out, reported);
