@@ -34,6 +34,7 @@ class input_link final : public mesh::link {
     return {};
   }
   void close_writing() override {}
+  void shorten_stall(std::chrono::milliseconds) override {}
   void stop_reading() override {}
   const char* transport() const override { return "fuzz input"; }
 
