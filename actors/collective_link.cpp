@@ -153,6 +153,18 @@ inline void cpu_relax() {
 #endif
 }
 
+// Polls `ready` for spin_for; whether it became true.
+template <class Ready>
+bool spin_briefly(Ready ready) {
+  const auto spin_until = clock::now() + spin_for;
+  while (clock::now() < spin_until)
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+  return false;
+}
+
 class shm_link final : public link {
  public:
   // `mapping` holds both directions; `outgoing` is the index of the one this side writes.
@@ -217,12 +229,7 @@ class shm_link final : public link {
   }
 
   expected<void> wait_for_data(uint64_t tail) {
-    const auto spin_until = clock::now() + spin_for;
-    while (clock::now() < spin_until)
-      for (int i = 0; i < 64; ++i) {
-        if (in_->head.load(std::memory_order_acquire) != tail) return {};
-        cpu_relax();
-      }
+    if (spin_briefly([&] { return in_->head.load(std::memory_order_acquire) != tail; })) return {};
     for (;;) {
       if (stopped_.load(std::memory_order_acquire)) return make_error(errc::cancelled, "collective link: reader stopped");
       in_->reader_sleeping.store(1, std::memory_order_seq_cst);
@@ -242,12 +249,7 @@ class shm_link final : public link {
   }
 
   expected<void> wait_for_space(uint64_t head) {
-    const auto spin_until = clock::now() + spin_for;
-    while (clock::now() < spin_until)
-      for (int i = 0; i < 64; ++i) {
-        if (head - out_->tail.load(std::memory_order_acquire) < capacity_) return {};
-        cpu_relax();
-      }
+    if (spin_briefly([&] { return head - out_->tail.load(std::memory_order_acquire) < capacity_; })) return {};
     const auto give_up = clock::now() + stall_;
     for (;;) {
       out_->writer_sleeping.store(1, std::memory_order_seq_cst);
