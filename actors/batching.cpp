@@ -25,6 +25,7 @@
 #include "actors/message_types.hpp"
 #include "actors/runtime.hpp"
 #include "ops/array_ops.hpp"
+#include "ops/runtime/executor.hpp"
 
 namespace af::serving {
 
@@ -423,10 +424,12 @@ void try_dispatch(batcher_actor* self) {
   }
 }
 
-caf::behavior replica(caf::event_based_actor*, batch_function run, int nice) {
+// A model worker is a device actor: the graphs of the batch function run on `device`, on its thread.
+caf::behavior replica(caf::event_based_actor*, batch_function run, int nice, std::shared_ptr<backend> device) {
   // A detached actor initialises on its own thread: this lowers that thread's priority only.
   if (nice != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice);
-  return {[run](run_batch_atom, std::vector<tensor>& inputs) -> caf::result<std::vector<tensor>> {
+  return {[run, device](run_batch_atom, std::vector<tensor>& inputs) -> caf::result<std::vector<tensor>> {
+    device_actor_scope on{*device};
     // A model that throws is the server's failure, not the request's (500 / INTERNAL), and the
     // replica lives on to run the next batch.
     expected<std::vector<tensor>> out = make_error(errc::internal, "the batch function threw");
@@ -607,7 +610,7 @@ expected<batching_queue> batching_queue::start(runtime& rt, batch_function run, 
   state->capacity_rows = options.max_enqueued_batches * options.max_batch_size;
   state->in = std::make_shared<intake>(options, std::move(inputs));
   for (std::size_t i = 0; i < options.num_batch_threads; ++i)
-    state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run, options.replica_nice));
+    state->replicas.push_back(state->sys->spawn<caf::detached>(replica, run, options.replica_nice, rt.cpu_device()));
   state->batcher = state->sys->spawn(batcher, state->replicas, state->counters, state->in);
   return batching_queue{std::move(state)};
 }

@@ -48,7 +48,7 @@ struct reader {
 // What one node actor computes and where its result goes; fixed once launched.
 struct node_plan {
   graph::node op;
-  std::shared_ptr<const graph::fused_program> program;  // op.op == "fused"
+  std::shared_ptr<const graph::fused_program> program;  // a fused node's
   std::vector<tensor> fixed;                             // constant inputs by slot (undefined: arrives per step)
   uint32_t arriving = 0;                                 // inputs that arrive per step
   std::vector<reader> readers;
@@ -200,10 +200,10 @@ expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph placed
   state->parameter_readers.resize(g.parameters().size());
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const auto& n = nodes[i];
-    if (n.op == "parameter" || n.op == "constant") continue;
+    if (n.kind == graph::node_kind::parameter || n.kind == graph::node_kind::constant) continue;
     auto p = std::make_shared<node_plan>();
     p->op = n;
-    if (n.op == "fused") p->program = g.shared_program(static_cast<graph::node_id>(i));
+    if (n.kind == graph::node_kind::fused) p->program = g.shared_program(static_cast<graph::node_id>(i));
     p->fixed.resize(n.inputs.size());
     p->caller = caller;
     const std::string node_name = "node " + std::to_string(i) + " (" + n.op + (n.label.empty() ? "" : ", " + n.label) + ")";
@@ -215,7 +215,7 @@ expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph placed
       return make_error(errc::unsupported, node_name + " is placed on '" + device->name + "', which has no kernel for it");
     for (std::size_t s = 0; s < n.inputs.size(); ++s) {
       const auto in = n.inputs[s];
-      if (nodes[static_cast<std::size_t>(in)].op != "constant") {
+      if (nodes[static_cast<std::size_t>(in)].kind != graph::node_kind::constant) {
         ++p->arriving;
         continue;
       }
@@ -234,8 +234,8 @@ expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph placed
     const auto id = static_cast<std::size_t>(g.outputs()[o]);
     state->output_parameter.emplace_back(std::nullopt);
     state->output_constant.emplace_back();
-    if (nodes[id].op == "parameter") state->output_parameter.back() = parameter_index[id];
-    else if (nodes[id].op == "constant") state->output_constant.back() = g.constant_value(static_cast<graph::node_id>(id));
+    if (nodes[id].kind == graph::node_kind::parameter) state->output_parameter.back() = parameter_index[id];
+    else if (nodes[id].kind == graph::node_kind::constant) state->output_constant.back() = g.constant_value(static_cast<graph::node_id>(id));
     else {
       plans[id]->graph_outputs.push_back(static_cast<uint32_t>(o));
       ++state->computed_outputs;
@@ -250,7 +250,7 @@ expected<graph_executor> graph_executor::launch(runtime& rt, graph::graph placed
     for (std::size_t s = 0; s < nodes[i].inputs.size(); ++s) {
       const auto in = static_cast<std::size_t>(nodes[i].inputs[s]);
       const reader r{actor_of[i], static_cast<uint32_t>(s)};
-      if (nodes[in].op == "parameter") state->parameter_readers[parameter_index[in]].push_back(r);
+      if (nodes[in].kind == graph::node_kind::parameter) state->parameter_readers[parameter_index[in]].push_back(r);
       else if (plans[in]) plans[in]->readers.push_back(r);
     }
   }

@@ -24,6 +24,7 @@
 #include "ops/elementwise.hpp"
 #include "ops/parallel.hpp"
 #include "ops/reduce.hpp"
+#include "ops/runtime/executor.hpp"
 #include "ops/train/model.hpp"
 
 namespace af::replicas {
@@ -428,11 +429,14 @@ struct replica_state {
   accumulation window;
   std::unique_ptr<nn::model> model;
   std::shared_ptr<const group_context> group;
+  std::shared_ptr<backend> device;  // where its steps' graphs run
 };
 
 replica_actor::behavior_type replica_behaviour(replica_actor::stateful_pointer<replica_state> self, int rank, int replicas,
-                                               std::shared_ptr<nn::model> model, std::shared_ptr<const group_context> group) {
+                                               std::shared_ptr<nn::model> model, std::shared_ptr<const group_context> group,
+                                               std::shared_ptr<backend> device) {
   auto& s = self->state;
+  s.device = std::move(device);
   s.rank = rank;
   s.replicas = replicas;
   s.model = std::make_unique<nn::model>(std::move(*model));
@@ -442,6 +446,7 @@ replica_actor::behavior_type replica_behaviour(replica_actor::stateful_pointer<r
              double learning_rate) -> caf::result<double, tensor, std::vector<tensor>> {
         auto& st = self->state;
         batch_slice slice{std::move(inputs), std::move(targets)};
+        device_actor_scope on{*st.device};
         auto r = step_replica(*st.group, *st.model, st.window, st.rank, step, slice, seed, share, learning_rate, false);
         if (!r) return to_caf_error(r.error_value());
         return caf::result<double, tensor, std::vector<tensor>>{r->loss, tensor::from_vector(r->output_loss), std::move(r->predictions)};
@@ -532,7 +537,7 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
     AF_TRY_ASSIGN(auto copy, model.clone());
     auto held = std::make_shared<nn::model>(std::move(copy));
     state->others.push_back(rt.system().spawn<caf::detached>(replica_behaviour, group->first_rank + r, group->replicas, held,
-                                                             std::shared_ptr<const group_context>{group}));
+                                                             std::shared_ptr<const group_context>{group}, rt.cpu_device()));
   }
   return replica_group{std::move(state)};
 }

@@ -9,8 +9,10 @@
 #include <thread>
 
 #include "actors/caf_error.hpp"
+#include "actors/host_device.hpp"
 #include "actors/message_types.hpp"
 #include "ops/parallel.hpp"
+#include "ops/runtime/backend.hpp"
 
 namespace af {
 
@@ -70,6 +72,9 @@ struct runtime::impl {
   runtime_options options;
   actorflow_config config;
   caf::actor_system system;
+  std::shared_ptr<backend> cpu = make_cpu_backend({.name = "cpu:0"});
+  // Destroyed before the system: af::execute stops asking it, then it stops.
+  host_device graphs{system, cpu};
 
   explicit impl(runtime_options opts)
       : options(std::move(opts)), config(options), system(config) {}
@@ -85,5 +90,7 @@ runtime::~runtime() = default;
 caf::actor_system& runtime::system() noexcept { return impl_->system; }
 
 const runtime_options& runtime::options() const noexcept { return impl_->options; }
+
+const std::shared_ptr<backend>& runtime::cpu_device() const noexcept { return impl_->cpu; }
 
 }  // namespace af

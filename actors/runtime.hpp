@@ -8,6 +8,8 @@
 
 namespace af {
 
+class backend;
+
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 inline constexpr bool default_eager_stealing = false;
 #else
@@ -74,6 +76,10 @@ class runtime {
 
   caf::actor_system& system() noexcept;
   const runtime_options& options() const noexcept;
+  /// The CPU ("cpu:0") that actors without a device of their own run graphs on: fit's replica,
+  /// the feed handlers of evaluate and predict, and the device actor that runs the graphs that
+  /// threads outside any actor ask for (af::execute).
+  const std::shared_ptr<backend>& cpu_device() const noexcept;
 
  private:
   struct impl;

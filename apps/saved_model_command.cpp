@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/runtime.hpp"
 #include "apps/commands.hpp"
 #include "serialization/npy.hpp"
 #include "serialization/saved_model.hpp"
@@ -154,6 +155,8 @@ int run(const std::map<std::string, std::string>& flags) {
     if (!value) return fail("--inputs '" + item.substr(0, eq) + "': " + value.error_value().to_string());
     inputs.push_back({item.substr(0, eq), std::move(*value)});
   }
+  // The signature runs on the runtime's device actor, as every graph does (ops/runtime/executor.hpp).
+  runtime rt{{.scheduler_threads = 1}};
   auto outputs = loaded->call(flags.at("--signature_def"), inputs);
   if (!outputs) return fail(outputs.error_value().to_string());
   if (!flags.count("--outdir")) {

@@ -7,6 +7,10 @@
 // slots threaded through explicitly): its ratio is what the model layer costs.
 // bench/torch_train_reference.py times the same two models in PyTorch. A third figure: one epoch of
 // fit (batches fed by the pipeline's actors) against the same steps in a plain loop.
+// The model's steps are called from this (plain) thread while a runtime lives, so each is a request
+// to the runtime's device actor (ops/runtime/executor.hpp), as in a user's loop; *_step_direct_ms
+// times the same steps with no runtime alive, run on this thread as before the one executor, and
+// *_executor_vs_direct is what the request costs.
 //
 //   build/bench/bench_train_step [--quick] [--mlp-only | --cnn-only] [--lazy] [--pipeline-polls]
 // (--mlp-only/--cnn-only are for profiling; fit runs with runtime_options{.idle_polls = 50}, a
@@ -203,6 +207,22 @@ std::pair<double, double> time_fit_vs_loop(const tensor& x, const tensor& y, int
   return {af::bench::median(fit_s), af::bench::median(loop_s)};
 }
 
+// Median microseconds of one call of a 16-float af::function: {on this thread with no runtime alive,
+// as a request to a runtime's device actor}. The difference is the request's round trip.
+std::pair<double, double> time_request(int calls) {
+  af::function f{[](const std::vector<af::sym>& in) { return std::vector<af::sym>{in[0] * in[0] + in[0]}; }};
+  const std::vector<tensor> args{tensor::from_vector<float>(std::vector<float>(16, 1.0f))};
+  const auto per_call = [&] {
+    std::vector<double> us;
+    for (int i = 0; i < calls; ++i) us.push_back(1e6 * af::bench::seconds_of([&] { ok(f(args), "tiny function"); }));
+    return af::bench::median(us);
+  };
+  (void)per_call();  // traces
+  const double direct = per_call();
+  af::runtime rt;
+  return {direct, per_call()};
+}
+
 void report(const char* what, const timing& t, const timing& hand) {
   std::printf("%s: %.2f ms per step (%.2f-%.2f), loss %.3f -> %.3f, %lld trace(s); hand-traced %.2f ms (x%.2f)\n", what,
               t.median_ms, t.min_ms, t.max_ms, t.first_loss, t.last_loss, static_cast<long long>(t.traces), hand.median_ms,
@@ -217,13 +237,17 @@ int main(int argc, char** argv) {
   const bool run_mlp = !af::bench::has_flag(argc, argv, "--cnn-only");
   const bool run_cnn = !af::bench::has_flag(argc, argv, "--mlp-only");
   const int steps = quick ? 15 : 50;
-  timing mlp_t{}, cnn_t{}, mlp_hand{}, cnn_hand{};
+  timing mlp_t{}, cnn_t{}, mlp_hand{}, cnn_hand{}, mlp_direct{}, cnn_direct{};
   if (run_mlp) {
     const auto mlp_x = ok(af::random_uniform({256, 784}, 1), "mlp input");
     const auto mlp_y = labels_for(256, 2);
     const auto adam = af::optimizers::optimizer::adam({.learning_rate = 1e-3});
     mlp_hand = time_steps(mlp(), mlp_x, mlp_y, adam, steps);
-    mlp_t = time_model(mlp_model(), mlp_x, mlp_y, adam, steps);
+    mlp_direct = time_model(mlp_model(), mlp_x, mlp_y, adam, steps);
+    {
+      af::runtime rt;
+      mlp_t = time_model(mlp_model(), mlp_x, mlp_y, adam, steps);
+    }
     report("MLP 784-512-512-10, batch 256, Adam", mlp_t, mlp_hand);
   }
   double fit_s = 0, loop_s = 0;
@@ -241,11 +265,20 @@ int main(int argc, char** argv) {
     const auto cnn_y = labels_for(128, 4);
     const auto momentum = af::optimizers::optimizer::sgd({.learning_rate = 0.01, .momentum = 0.9});
     cnn_hand = time_steps(cnn(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
-    cnn_t = time_model(cnn_model(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
+    cnn_direct = time_model(cnn_model(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
+    {
+      af::runtime rt;
+      cnn_t = time_model(cnn_model(), cnn_x, cnn_y, momentum, quick ? 5 : steps);
+    }
     report("CNN conv32-pool-conv64-pool-dense128-dense10, batch 128, SGD momentum", cnn_t, cnn_hand);
   }
+  const auto [direct_call_us, requested_call_us] = time_request(quick ? 2000 : 10000);
+  std::printf("a 16-float af::function: %.1f us on this thread, %.1f us as a request to the runtime's device actor\n",
+              direct_call_us, requested_call_us);
   af::bench::json_line json;
   json.add("bench", std::string{"train_step"});
+  json.add("tiny_call_direct_us", direct_call_us);
+  json.add("tiny_call_requested_us", requested_call_us);
   json.add("threads", static_cast<double>(af::thread_budget()));
   json.add("mlp_step_ms", mlp_t.median_ms);
   json.add("mlp_step_min_ms", mlp_t.min_ms);
@@ -253,6 +286,10 @@ int main(int argc, char** argv) {
   json.add("cnn_step_ms", cnn_t.median_ms);
   json.add("cnn_step_min_ms", cnn_t.min_ms);
   json.add("cnn_step_max_ms", cnn_t.max_ms);
+  json.add("mlp_step_direct_ms", mlp_direct.median_ms);
+  json.add("cnn_step_direct_ms", cnn_direct.median_ms);
+  json.add("mlp_executor_vs_direct", mlp_direct.median_ms > 0 ? mlp_t.median_ms / mlp_direct.median_ms : 0.0);
+  json.add("cnn_executor_vs_direct", cnn_direct.median_ms > 0 ? cnn_t.median_ms / cnn_direct.median_ms : 0.0);
   json.add("mlp_hand_traced_ms", mlp_hand.median_ms);
   json.add("cnn_hand_traced_ms", cnn_hand.median_ms);
   json.add("mlp_ratio_vs_hand_traced", mlp_hand.median_ms > 0 ? mlp_t.median_ms / mlp_hand.median_ms : 0.0);

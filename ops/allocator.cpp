@@ -427,6 +427,8 @@ allocator_scope::allocator_scope(std::shared_ptr<allocator> alloc)
 
 allocator_scope::~allocator_scope() { scoped_allocator = std::move(previous_); }
 
+std::shared_ptr<allocator> scoped_cpu_allocator() { return scoped_allocator; }
+
 const std::shared_ptr<allocator>& cpu_allocator() {
   if (scoped_allocator) return scoped_allocator;
   thread_local uint64_t seen_version = 0;

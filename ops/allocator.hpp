@@ -81,6 +81,9 @@ class allocator_scope {
  private:
   std::shared_ptr<allocator> previous_;
 };
+/// This thread's innermost allocator_scope's allocator; null outside any (a request that runs work on
+/// another thread carries it there).
+std::shared_ptr<allocator> scoped_cpu_allocator();
 /// Replaces the process-wide CPU allocator (storage from the old one stays valid).
 void set_cpu_allocator(std::shared_ptr<allocator> alloc);
 

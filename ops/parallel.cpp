@@ -117,6 +117,8 @@ scoped_thread_share::scoped_thread_share(int threads) noexcept : previous_(threa
 
 scoped_thread_share::~scoped_thread_share() { thread_share = previous_; }
 
+int thread_share_cap() noexcept { return thread_share; }
+
 void set_thread_budget(int threads) { budget.store(std::max(1, threads), std::memory_order_relaxed); }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -24,6 +24,9 @@ class scoped_thread_share {
   int previous_;
 };
 
+/// The cap the innermost scoped_thread_share puts on this thread; 0 when none.
+int thread_share_cap() noexcept;
+
 /// Runs fn(begin, end) over disjoint chunks covering [0, n), each at least `grain` long, on up to
 /// thread_budget() threads. The calling thread takes part, so nested and concurrent calls from
 /// several actors cannot deadlock. Returns when every chunk has run.

@@ -5,7 +5,9 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "actors/runtime.hpp"
 #include "actors/tracing.hpp"
+#include "ops/runtime/executor.hpp"
 #include "pipeline/autotune.hpp"
 #include "pipeline/node.hpp"
 
@@ -31,16 +33,21 @@ struct feed_progress {
   std::vector<element> before_mark;
 };
 
+// The consuming actor is a device actor: graphs its handler runs (a model's steps) run on `device`
+// on its own thread, without a request to another actor.
 pausable_handler consume_with(feed_handler handler, std::string name, std::shared_ptr<feed_progress> progress,
-                              std::shared_ptr<consumer_signals> signals) {
+                              std::shared_ptr<consumer_signals> signals, std::shared_ptr<backend> device) {
   return [handler = std::move(handler), name = std::move(name), progress = std::move(progress),
-          signals = std::move(signals)](element&& e) -> expected<delivery> {
+          signals = std::move(signals), device = std::move(device)](element&& e) -> expected<delivery> {
     auto& p = *progress;
     const int64_t start = trace::now_ns();
     // The autotuner grows prefetch buffers while the consumer waits for its elements.
     if (p.idle_since_ns != 0) signals->waited_ns.fetch_add(start - p.idle_since_ns, std::memory_order_relaxed);
     signals->element_bytes.store(e.nbytes(), std::memory_order_relaxed);
-    auto verdict = guarded(name, [&] { return handler(std::move(e)); });
+    auto verdict = guarded(name, [&] {
+      device_actor_scope on{*device};
+      return handler(std::move(e));
+    });
     p.idle_since_ns = trace::now_ns();
     if (!verdict) {
       ++p.handled;
@@ -193,7 +200,8 @@ expected<feed_session> start_feed(runtime& rt, const dataset& ds, feed_handler h
     progress->changed.notify_all();
   };
   state->topo = launch_pausable(rt, *stages, {.slots = std::max<std::size_t>(options.slots, 1), .name = options.name},
-                                {.on_element = consume_with(std::move(handler), options.name, state->progress, signals),
+                                {.on_element = consume_with(std::move(handler), options.name, state->progress, signals,
+                                                            options.device ? options.device : rt.cpu_device()),
                                  .on_done = std::move(on_done),
                                  .on_mark = std::move(on_mark),
                                  .first = std::move(first)});

@@ -13,12 +13,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pipeline/dataset.hpp"
 #include "pipeline/iterator.hpp"
+
+namespace af {
+class backend;
+}  // namespace af
 
 namespace af::data {
 
@@ -45,6 +50,9 @@ struct feed_options {
   std::optional<iterator_state> from;
   /// Limits of the autotuner, which runs while the dataset has autotuned stages.
   autotune_options tuning;
+  /// The device whose actor the consumer is: graphs the handler runs (a model's steps) run there.
+  /// Null: the runtime's CPU (runtime::cpu_device()).
+  std::shared_ptr<backend> device;
 };
 
 /// How a feed ended.

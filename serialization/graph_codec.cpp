@@ -78,13 +78,13 @@ void put_graph(schema::Graph::Builder out, const graph::graph& g) {
     node.setDevice(n.device);
     node.setLabel(n.label);
     const auto id = static_cast<node_id>(i);
-    if (n.op == "constant") {
+    if (n.kind == graph::node_kind::constant) {
       // A constant made by the builder is a value it holds; contiguous() of a contiguous tensor
       // cannot fail, and a strided one is copied (out of memory is the only failure).
       const tensor value = g.constant_value(id).contiguous().value();
       node.setConstant(kj::arrayPtr(static_cast<const kj::byte*>(value.raw_data()), value.nbytes()));
     }
-    if (n.op == "fused") put_program(node.initProgram(), g.program(id));
+    if (n.kind == graph::node_kind::fused) put_program(node.initProgram(), g.program(id));
   }
   auto inputs = out.initInputs(static_cast<unsigned>(g.parameters().size()));
   for (std::size_t k = 0; k < g.parameters().size(); ++k) {

@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "ops/passes/passes.hpp"
-#include "ops/runtime/interpreter.hpp"
+#include "ops/runtime/executor.hpp"
 #include "saved_model.capnp.h"
 #include "serialization/checkpoint.hpp"
 #include "serialization/graph_codec.hpp"
@@ -217,7 +217,7 @@ expected<std::vector<tensor>> loaded_model::call(std::string_view name, const st
   const bound_signature& b = impl_->bound.find(s->name)->second;
   std::vector<tensor> args = inputs;
   args.insert(args.end(), b.captured.begin(), b.captured.end());
-  auto out = graph::interpret(b.running, args);
+  auto out = execute(b.running, args);
   if (!out) return with_context(out.error_value(), where);
   return out;
 }

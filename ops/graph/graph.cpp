@@ -79,7 +79,7 @@ std::string graph::to_dot(const std::string& name) const {
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& n = nodes_[i];
     std::string text = n.op;
-    if (n.op == "fused") text += " (" + std::to_string(programs_.at(static_cast<node_id>(i))->steps.size()) + " ops)";
+    if (n.kind == node_kind::fused) text += " (" + std::to_string(programs_.at(static_cast<node_id>(i))->steps.size()) + " ops)";
     if (!n.label.empty()) text += "\\n" + n.label;
     text += "\\n" + to_string(n.out);
     out += "  n" + std::to_string(i) + " [label=\"" + text + "\"];\n";
@@ -107,7 +107,7 @@ expected<void> graph::verify() const {
     }
     if (info->category == op_category::source) {
       if (!n.inputs.empty()) return bad(i, n, "a source takes no inputs");
-      if (n.op == "constant") {
+      if (n.kind == node_kind::constant) {
         auto c = constants_.find(static_cast<node_id>(i));
         if (c == constants_.end()) return bad(i, n, "no value");
         if (c->second.type() != n.out.type || c->second.shape() != n.out.dims) return bad(i, n, "value and type differ");
@@ -144,7 +144,8 @@ expected<node_id> graph_builder::observed(node_id id) {
 }
 
 node_id graph_builder::parameter(value_type type, std::string label) {
-  const node_id id = append(node{"parameter", std::move(type), {}, {}, {}, std::move(label)});
+  static const op_def* const def = find_op("parameter");
+  const node_id id = append(node{"parameter", std::move(type), {}, {}, {}, std::move(label), node_kind::parameter, def});
   g_.parameters_.push_back(id);
   return id;
 }
@@ -157,7 +158,8 @@ node_id graph_builder::constant(const tensor& value) {
   auto& same_hash = by_hash_[h];
   for (auto id : same_hash)
     if (same_constant(g_.constants_.at(id), value)) return id;
-  const node_id id = append(node{"constant", value_type{value.type(), value.shape()}, {}, {}, {}, {}});
+  static const op_def* const def = find_op("constant");
+  const node_id id = append(node{"constant", value_type{value.type(), value.shape()}, {}, {}, {}, {}, node_kind::constant, def});
   g_.constants_.emplace(id, value);
   same_hash.push_back(id);
   (void)observed(id);  // a constant's value is known: nothing to fail
@@ -176,9 +178,12 @@ expected<node_id> graph_builder::add(const std::string& op, std::vector<node_id>
   // serialisation then read one complete set, and equal calls hash equally however written.
   const op_def* def = find_op(op);
   if (!def) return make_error(errc::unsupported, "op '" + op + "' is not available in graphs");
+  if (op == "parameter" || op == "constant" || op == "fused")
+    return make_error(errc::invalid_argument, "'" + op + "' nodes are made by graph_builder::" + (op == "fused" ? "add_fused" : op) +
+                                                  ", not add");
   AF_TRY_ASSIGN(auto complete, complete_attrs(*def, attrs));
   AF_TRY_ASSIGN(auto out, infer_output(op, in, complete));
-  node n{op, std::move(out), std::move(inputs), std::move(complete), device_, std::move(label)};
+  node n{op, std::move(out), std::move(inputs), std::move(complete), device_, std::move(label), node_kind::op, def};
   if (never_merged(op)) return observed(append(std::move(n)));
   const std::size_t h = hash_node(n);
   for (auto id : by_hash_[h])
@@ -190,16 +195,21 @@ expected<node_id> graph_builder::add(const std::string& op, std::vector<node_id>
 
 node_id graph_builder::add_fused(std::vector<node_id> inputs, std::shared_ptr<const fused_program> program,
                                  value_type out, std::string label, std::string device) {
-  const node_id id = append(node{"fused", std::move(out), std::move(inputs), {}, std::move(device), std::move(label)});
+  static const op_def* const def = find_op("fused");
+  const node_id id =
+      append(node{"fused", std::move(out), std::move(inputs), {}, std::move(device), std::move(label), node_kind::fused, def});
   g_.programs_.emplace(id, std::move(program));
   return id;
 }
 
 expected<node_id> graph_builder::copy(const graph& from, node_id id, std::vector<node_id> inputs) {
   const node& n = from.at(id);
-  if (n.op == "parameter") return parameter(n.out, n.label);
-  if (n.op == "constant") return constant(from.constant_value(id));
-  if (n.op == "fused") return add_fused(std::move(inputs), from.programs_.at(id), n.out, n.label, n.device);
+  switch (n.kind) {
+    case node_kind::parameter: return parameter(n.out, n.label);
+    case node_kind::constant: return constant(from.constant_value(id));
+    case node_kind::fused: return add_fused(std::move(inputs), from.programs_.at(id), n.out, n.label, n.device);
+    case node_kind::op: break;
+  }
   // On the node's own device, so that it merges only with equal nodes there.
   std::string placed = std::exchange(device_, n.device);
   auto copied = add(n.op, std::move(inputs), n.attrs, n.label);

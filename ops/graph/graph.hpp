@@ -24,14 +24,26 @@ using node_id = int32_t;
 
 struct fused_program;  // ops/passes/fusion.hpp: the ops of a fused group, for codegen
 
+/// What a node is. Executors and passes switch on it, never on the op's name.
+enum class node_kind : uint8_t {
+  op,         ///< an op's kernel on its inputs
+  parameter,  ///< the next argument of a call (graph::parameters() order)
+  constant,   ///< a value the graph holds (graph::constant_value)
+  fused,      ///< a group of elementwise ops run as one kernel (graph::program)
+};
+
 struct node {
-  std::string op;
+  std::string op;  ///< the op's name (def->name): errors, traces and files speak of it
   value_type out;
   std::vector<node_id> inputs;
   op_attrs attrs;
   std::string device;  ///< "" = wherever the executor runs the graph
   /// What the user named it (parameters, variables), or the call site that made it.
   std::string label;
+  node_kind kind = node_kind::op;
+  /// The op's definition (every node of a built graph has one: parameters, constants and fused
+  /// groups are ops of the table too).
+  const op_def* def = nullptr;
 };
 
 class graph {
@@ -75,8 +87,8 @@ class graph_builder {
   node_id parameter(value_type type, std::string label = {});
   /// A constant; equal constants (same dtype, shape and bytes) are one node.
   node_id constant(const tensor& value);
-  /// An op on existing nodes. Its type comes from infer_output; errors name the op and the input
-  /// types. An identical existing node is returned instead of a new one (unless stateful).
+  /// An op on existing nodes (not "parameter", "constant" or "fused": those have their own calls).
+  /// Its type comes from infer_output; errors name the op and the input types. An identical existing node is returned instead of a new one (unless stateful).
   expected<node_id> add(const std::string& op, std::vector<node_id> inputs, op_attrs attrs = {}, std::string label = {});
   /// A fused group (made by the fusion pass): inputs, the program and its output type.
   node_id add_fused(std::vector<node_id> inputs, std::shared_ptr<const fused_program> program, value_type out,

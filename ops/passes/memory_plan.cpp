@@ -32,7 +32,7 @@ expected<memory_plan> plan_memory(const graph& g) {
     for (int b : release_at[i]) free_buffers.push_back(static_cast<std::size_t>(b));
     const node& x = nodes[i];
     const op_def* info = find_op(x.op);
-    const bool owns_memory = x.op != "parameter" && x.op != "constant" && !(info && info->category == op_category::movement);
+    const bool owns_memory = x.kind != node_kind::parameter && x.kind != node_kind::constant && !(info && info->category == op_category::movement);
     if (!owns_memory) continue;
     if (std::any_of(x.out.dims.begin(), x.out.dims.end(), [](int64_t d) { return d < 0; }))
       return make_error(errc::unsupported, "memory plan: node " + std::to_string(i) + " (" + x.op + ") has unknown size " +

@@ -39,7 +39,7 @@ std::vector<bool> keep_all(const graph& g) { return std::vector<bool>(g.size(), 
 
 // The single value of a constant whose elements are all equal; nullopt otherwise.
 std::optional<double> uniform_constant(const graph& g, node_id id) {
-  if (g.at(id).op != "constant") return std::nullopt;
+  if (g.at(id).kind != node_kind::constant) return std::nullopt;
   const tensor& t = g.constant_value(id);
   if (t.numel() == 0 || t.numel() > 4096) return std::nullopt;
   const auto values = t.to_vector<double>();
@@ -59,9 +59,9 @@ graph fold_constants(const graph& g, int64_t max_elements) {
   return rebuild(g, keep_all(g), [max_elements](graph_builder& b, const graph& src, node_id id,
                                                 const std::vector<node_id>& inputs) -> std::optional<node_id> {
     const node& n = src.at(id);
-    if (n.inputs.empty() || is_stateful(n.op) || n.op == "fused") return std::nullopt;
+    if (n.inputs.empty() || is_stateful(n.op) || n.kind == node_kind::fused) return std::nullopt;
     for (auto in : inputs)  // as folded so far: chains of constant ops fold one after another
-      if (b.at(in).op != "constant") return std::nullopt;
+      if (b.at(in).kind != node_kind::constant) return std::nullopt;
     const auto& dims = n.out.dims;
     for (auto d : dims)
       if (d < 0) return std::nullopt;

@@ -13,7 +13,7 @@ graph insert_copies(const graph& g, const copy_rule& needs_copy) {
     for (node_id in : n.inputs) {
       const node_id made = mapped[static_cast<std::size_t>(in)];
       const std::string& from = g.at(in).device;
-      if (g.at(in).op == "constant" || from == n.device || !needs_copy(from, n.device)) {
+      if (g.at(in).kind == node_kind::constant || from == n.device || !needs_copy(from, n.device)) {
         inputs.push_back(made);
         continue;
       }

@@ -4,6 +4,7 @@
 
 #include "ops/graph/autodiff.hpp"
 #include "ops/runtime/backend.hpp"
+#include "ops/runtime/executor.hpp"
 #include "ops/runtime/interpreter.hpp"
 #include "ops/passes/passes.hpp"
 
@@ -257,7 +258,7 @@ expected<std::vector<tensor>> function::call(const std::vector<tensor>& args, co
     signature.push_back({a.type(), a.shape()});
   }
   AF_TRY_ASSIGN(auto c, concrete(signature));
-  return graph::interpret(c->optimized, args, default_cpu_backend(), on_output);
+  return execute(c->optimized, args, on_output);
 }
 
 }  // namespace af

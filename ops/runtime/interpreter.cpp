@@ -1,8 +1,14 @@
 #include "ops/runtime/interpreter.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
+#include "ops/runtime/executor.hpp"
+
+namespace af::detail {
+std::atomic<uint64_t> interpreted_outside_device_actor{0};
+}  // namespace af::detail
 
 namespace af::graph {
 
@@ -40,6 +46,7 @@ expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor
 
 expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor>& parameters, backend& device,
                                         const output_ready& on_output) {
+  if (!current_device_actor()) detail::interpreted_outside_device_actor.fetch_add(1, std::memory_order_relaxed);
   AF_TRY(check_parameters(g, parameters));
   const auto& nodes = g.nodes();
   std::vector<std::vector<std::size_t>> outputs_of(on_output ? nodes.size() : 0);
@@ -58,22 +65,22 @@ expected<std::vector<tensor>> interpret(const graph& g, const std::vector<tensor
     in.reserve(n.inputs.size());
     for (auto id : n.inputs) in.push_back(values[static_cast<std::size_t>(id)]);
     expected<tensor> made = tensor{};
-    if (n.op == "parameter") {
-      made = parameters[next_parameter++];
-    } else if (n.op == "constant") {
-      made = g.constant_value(static_cast<node_id>(i));
-    } else if (n.op == "fused") {
-      // An input read for the last time here, held by nobody else, takes the output in place.
-      const tensor* reuse = nullptr;
-      for (std::size_t k = 0; k < n.inputs.size(); ++k) {
-        const auto id = static_cast<std::size_t>(n.inputs[k]);
-        if (last_use[id] != i || std::count(n.inputs.begin(), n.inputs.end(), n.inputs[k]) > 1) continue;
-        values[id] = tensor{};
-        if (!reuse && in[k].is_unique()) reuse = &in[k];
+    switch (n.kind) {
+      case node_kind::parameter: made = parameters[next_parameter++]; break;
+      case node_kind::constant: made = g.constant_value(static_cast<node_id>(i)); break;
+      case node_kind::fused: {
+        // An input read for the last time here, held by nobody else, takes the output in place.
+        const tensor* reuse = nullptr;
+        for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+          const auto id = static_cast<std::size_t>(n.inputs[k]);
+          if (last_use[id] != i || std::count(n.inputs.begin(), n.inputs.end(), n.inputs[k]) > 1) continue;
+          values[id] = tensor{};
+          if (!reuse && in[k].is_unique()) reuse = &in[k];
+        }
+        made = device.run_node(n, &g.program(static_cast<node_id>(i)), in, reuse);
+        break;
       }
-      made = device.run_node(n, &g.program(static_cast<node_id>(i)), in, reuse);
-    } else {
-      made = device.run_node(n, nullptr, in);
+      case node_kind::op: made = device.run_node(n, nullptr, in); break;
     }
     if (!made) return with_context(made.error_value(), where(i, n));
     values[i] = std::move(*made);

@@ -1,9 +1,10 @@
 #pragma once
 
 // Runs a graph node by node, in its stored order, on one backend (the CPU by default; placements are
-// ignored): the reference semantics of a graph, and the executor for graphs small enough that
-// actor hand-offs would cost more than the kernels. Each intermediate tensor is released after its
-// last use.
+// ignored): the reference semantics of a graph, and the runner a device actor uses. Everything
+// else runs graphs through af::execute (ops/runtime/executor.hpp), which brings them to a device
+// actor; a call here from outside one is counted (executor_statistics), so a test can tell. Each
+// intermediate tensor is released after its last use.
 
 #include <functional>
 #include <vector>

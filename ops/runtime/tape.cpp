@@ -8,7 +8,7 @@ namespace af {
 gradient_tape::gradient_tape() : builder_(std::make_unique<graph::graph_builder>()) {
   builder_->observe([this](const graph::graph_builder& b, graph::node_id id) -> expected<void> {
     const graph::node& n = b.at(id);
-    if (n.op == "constant") {
+    if (n.kind == graph::node_kind::constant) {
       values_[id] = b.constant_value(id);
       return {};
     }

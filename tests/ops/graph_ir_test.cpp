@@ -90,6 +90,34 @@ TEST_CASE("identical subgraphs are built once, stateful ops and parameters never
   CHECK(g.parameters().size() == 2);
 }
 
+TEST_CASE("every node refers to its op definition and says what it is in a field", "[graph]") {
+  graph_builder b;
+  const auto x = b.parameter({dtype::f32, {4}}, "x");
+  const auto two = b.constant(tensor::scalar(2.0f));
+  const auto y = *b.add("exp", {*b.add("mul", {x, two})});
+  const auto total = *b.add("reduce_sum", {y}, {{"axes", std::vector<int64_t>{0}}});
+  const auto plain = std::move(b).finish({total});
+  CHECK(plain.at(x).kind == node_kind::parameter);
+  CHECK(plain.at(two).kind == node_kind::constant);
+  CHECK(plain.at(y).kind == node_kind::op);
+  for (const auto& n : plain.nodes()) CHECK(n.def == find_op(n.op));
+  // Fusion makes a fused node; the kind travels through passes and copies.
+  const auto fused = fuse_elementwise(plain);
+  std::size_t fused_nodes = 0;
+  for (const auto& n : fused.nodes()) {
+    CHECK(n.def == find_op(n.op));
+    CHECK((n.kind == node_kind::fused) == (n.op == "fused"));
+    if (n.kind == node_kind::fused) ++fused_nodes;
+  }
+  CHECK(fused_nodes == 1);
+  // Parameters, constants and fused groups have calls of their own.
+  graph_builder other;
+  const auto p = other.parameter({dtype::f32, {4}});
+  CHECK_FALSE(other.add("parameter", {}));
+  CHECK_FALSE(other.add("fused", {p}));
+  CHECK_FALSE(other.add("constant", {}));
+}
+
 TEST_CASE("the verifier rejects a fused node whose program disagrees with it", "[graph]") {
   auto checked = graph_with_inconsistent_fused_node().verify();
   REQUIRE_FALSE(checked);

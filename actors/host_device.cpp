@@ -1,0 +1,132 @@
+// The host device actor: one graph per message, run inside a device_actor_scope of its backend.
+// A request is a ticket owned by the message alone, so a message the actor never handles (it
+// stopped first) still answers its caller when CAF drops it.
+
+#include "actors/host_device.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "actors/resume_ordered.hpp"
+#include "actors/tracing.hpp"
+#include "ops/allocator.hpp"
+#include "ops/parallel.hpp"
+#include "ops/runtime/executor.hpp"
+
+namespace af {
+
+namespace {
+
+using run_graph_atom = caf::atom_constant<caf::atom("af_rungrph")>;
+
+// Lives on the requesting thread's stack until `done`.
+struct graph_call {
+  const graph::graph* g = nullptr;
+  const std::vector<tensor>* parameters = nullptr;
+  const graph::output_ready* on_output = nullptr;
+  std::shared_ptr<allocator> memory;  // the caller's allocator scope, if any
+  int thread_share = 0;               // the caller's thread share, if any
+
+  std::mutex mtx;
+  std::condition_variable finished;
+  bool done = false;
+  std::optional<expected<std::vector<tensor>>> result;
+
+  void complete(expected<std::vector<tensor>> r) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (done) return;
+    result.emplace(std::move(r));
+    done = true;
+    finished.notify_one();
+  }
+};
+
+// Whoever answers takes the call out first: once answered, the caller's stack frame may be gone.
+struct graph_ticket {
+  graph_call* call;
+  ~graph_ticket() {
+    if (call) call->complete(make_error(errc::cancelled, "the runtime's device actor stopped before running the graph"));
+  }
+};
+
+}  // namespace
+
+}  // namespace af
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<af::graph_ticket>)
+
+namespace af {
+
+namespace {
+
+struct host_device_state {
+  std::shared_ptr<backend> device;
+  std::unique_ptr<trace::activity> act;
+};
+
+using host_device_actor = detail::resume_ordered<caf::stateful_actor<host_device_state>>;
+
+caf::behavior host_device_behavior(host_device_actor* self, std::shared_ptr<backend> device) {
+  self->state.act = std::make_unique<trace::activity>(device->properties().name);
+  self->state.device = std::move(device);
+  return {[self](run_graph_atom, const std::shared_ptr<graph_ticket>& ticket) {
+    auto& s = self->state;
+    graph_call& call = *std::exchange(ticket->call, nullptr);
+    const int64_t start = trace::now_ns();
+    static const trace::name_id graph_name = trace::intern("graph");
+    std::optional<allocator_scope> memory;
+    if (call.memory) memory.emplace(call.memory);
+    std::optional<scoped_thread_share> share;
+    if (call.thread_share > 0) share.emplace(call.thread_share);
+    expected<std::vector<tensor>> result = make_error(errc::internal, "the graph threw");
+    try {
+      device_actor_scope on{*s.device};
+      result = execute(*call.g, *call.parameters, *call.on_output);
+    } catch (const std::bad_alloc&) {
+      result = make_error(errc::out_of_memory, "the graph ran out of memory");
+    } catch (const std::exception& e) {
+      result = make_error(errc::internal, std::string{"the graph threw: "} + e.what());
+    } catch (...) {
+      result = make_error(errc::internal, "the graph threw something that is not a std::exception");
+    }
+    s.act->busy_since(start, graph_name, 1);
+    call.complete(std::move(result));
+  }};
+}
+
+}  // namespace
+
+struct host_device::impl {
+  caf::actor actor;
+  std::optional<graph_request_installation> installation;
+};
+
+host_device::host_device(caf::actor_system& sys, std::shared_ptr<backend> device) : impl_(std::make_unique<impl>()) {
+  impl_->actor = sys.spawn<caf::detached>(host_device_behavior, std::move(device));
+  impl_->installation.emplace([actor = impl_->actor](const graph::graph& g, const std::vector<tensor>& parameters,
+                                                     const graph::output_ready& on_output) -> expected<std::vector<tensor>> {
+    graph_call call;
+    call.g = &g;
+    call.parameters = &parameters;
+    call.on_output = &on_output;
+    call.memory = scoped_cpu_allocator();
+    call.thread_share = thread_share_cap();
+    caf::anon_send(actor, run_graph_atom::value, std::shared_ptr<graph_ticket>(new graph_ticket{&call}));
+    std::unique_lock<std::mutex> lock{call.mtx};
+    call.finished.wait(lock, [&] { return call.done; });
+    return std::move(*call.result);
+  });
+}
+
+host_device::~host_device() {
+  impl_->installation.reset();
+  caf::anon_send_exit(impl_->actor, caf::exit_reason::user_shutdown);
+}
+
+}  // namespace af
