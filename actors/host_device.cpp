@@ -8,10 +8,13 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "actors/resume_ordered.hpp"
 #include "actors/tracing.hpp"
@@ -102,31 +105,55 @@ caf::behavior host_device_behavior(host_device_actor* self, std::shared_ptr<back
 
 }  // namespace
 
+// One lane per core: callers on several threads run their graphs at once, as they would on their
+// own threads, and a caller takes the lane with the fewest calls waiting.
+struct lanes {
+  std::vector<caf::actor> actors;
+  std::unique_ptr<std::atomic<int>[]> waiting;
+
+  std::size_t least_busy() const {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < actors.size(); ++i)
+      if (waiting[i].load(std::memory_order_relaxed) < waiting[best].load(std::memory_order_relaxed)) best = i;
+    return best;
+  }
+};
+
 struct host_device::impl {
-  caf::actor actor;
+  std::shared_ptr<lanes> pool;
   std::optional<graph_request_installation> installation;
 };
 
-host_device::host_device(caf::actor_system& sys, std::shared_ptr<backend> device) : impl_(std::make_unique<impl>()) {
-  impl_->actor = sys.spawn<caf::detached>(host_device_behavior, std::move(device));
-  impl_->installation.emplace([actor = impl_->actor](const graph::graph& g, const std::vector<tensor>& parameters,
-                                                     const graph::output_ready& on_output) -> expected<std::vector<tensor>> {
+host_device::host_device(caf::actor_system& sys, std::shared_ptr<backend> device, int lane_count)
+    : impl_(std::make_unique<impl>()) {
+  auto pool = std::make_shared<lanes>();
+  lane_count = std::max(1, lane_count);
+  pool->waiting = std::make_unique<std::atomic<int>[]>(static_cast<std::size_t>(lane_count));
+  for (int i = 0; i < lane_count; ++i) pool->actors.push_back(sys.spawn<caf::detached>(host_device_behavior, device));
+  impl_->pool = pool;
+  impl_->installation.emplace([pool](const graph::graph& g, const std::vector<tensor>& parameters,
+                                     const graph::output_ready& on_output) -> expected<std::vector<tensor>> {
     graph_call call;
     call.g = &g;
     call.parameters = &parameters;
     call.on_output = &on_output;
     call.memory = scoped_cpu_allocator();
     call.thread_share = thread_share_cap();
-    caf::anon_send(actor, run_graph_atom::value, std::shared_ptr<graph_ticket>(new graph_ticket{&call}));
-    std::unique_lock<std::mutex> lock{call.mtx};
-    call.finished.wait(lock, [&] { return call.done; });
+    const std::size_t lane = pool->least_busy();
+    pool->waiting[lane].fetch_add(1, std::memory_order_relaxed);
+    caf::anon_send(pool->actors[lane], run_graph_atom::value, std::shared_ptr<graph_ticket>(new graph_ticket{&call}));
+    {
+      std::unique_lock<std::mutex> lock{call.mtx};
+      call.finished.wait(lock, [&] { return call.done; });
+    }
+    pool->waiting[lane].fetch_sub(1, std::memory_order_relaxed);
     return std::move(*call.result);
   });
 }
 
 host_device::~host_device() {
   impl_->installation.reset();
-  caf::anon_send_exit(impl_->actor, caf::exit_reason::user_shutdown);
+  for (const auto& actor : impl_->pool->actors) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace af

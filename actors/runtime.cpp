@@ -74,7 +74,7 @@ struct runtime::impl {
   caf::actor_system system;
   std::shared_ptr<backend> cpu = make_cpu_backend({.name = "cpu:0"});
   // Destroyed before the system: af::execute stops asking it, then it stops.
-  host_device graphs{system, cpu};
+  host_device graphs{system, cpu, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
 
   explicit impl(runtime_options opts)
       : options(std::move(opts)), config(options), system(config) {}

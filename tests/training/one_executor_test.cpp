@@ -5,10 +5,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "../strategies/digits_like.hpp"
 #include "../support/scratch_dir.hpp"
+#include "../support/skip.hpp"
 #include "actors/batching.hpp"
 #include "actors/runtime.hpp"
 #include "ops/allocator.hpp"
@@ -61,6 +65,35 @@ TEST_CASE("with a runtime, af::function called from a plain thread runs on the r
   // The graph's error comes back to the caller, naming the argument.
   auto wrong = f({tensor::from_vector<float>({1, 2}), tensor::from_vector<int64_t>({3, 4})});
   CHECK_FALSE(wrong);
+}
+
+TEST_CASE("graphs asked from two plain threads at once run at once, on two of the runtime's device actors", "[executor]") {
+  if (std::thread::hardware_concurrency() < 2) AF_SKIP("one core: the runtime has one device actor for requests");
+  runtime rt;
+  auto f = scaled_sum();
+  const std::vector<tensor> args{tensor::from_vector<float>({1, 2}), tensor::from_vector<float>({3, 4})};
+  REQUIRE(f(args));  // traced once, before the threads
+  std::mutex mtx;
+  std::condition_variable arrived;
+  int inside = 0;
+  bool met[2] = {false, false};
+  std::thread::id ran_on[2];
+  auto call = [&](int who) {
+    (void)f.call(args, [&](std::size_t, const tensor&) {
+      std::unique_lock<std::mutex> lock{mtx};
+      ran_on[who] = std::this_thread::get_id();
+      ++inside;
+      arrived.notify_all();
+      // Each waits inside its graph for the other: one device actor for both would never let it in.
+      met[who] = arrived.wait_for(lock, std::chrono::seconds(20), [&] { return inside == 2; });
+    });
+  };
+  std::thread first{call, 0}, second{call, 1};
+  first.join();
+  second.join();
+  CHECK(met[0]);
+  CHECK(met[1]);
+  CHECK(ran_on[0] != ran_on[1]);
 }
 
 TEST_CASE("a request to the device actor keeps the caller's allocator scope and its limit", "[executor]") {
