@@ -87,17 +87,10 @@ caf::behavior host_device_behavior(host_device_actor* self, std::shared_ptr<back
     if (call.memory) memory.emplace(call.memory);
     std::optional<scoped_thread_share> share;
     if (call.thread_share > 0) share.emplace(call.thread_share);
-    expected<std::vector<tensor>> result = make_error(errc::internal, "the graph threw");
-    try {
+    auto result = guarded("the graph", [&] {
       device_actor_scope on{*s.device};
-      result = execute(*call.g, *call.parameters, *call.on_output);
-    } catch (const std::bad_alloc&) {
-      result = make_error(errc::out_of_memory, "the graph ran out of memory");
-    } catch (const std::exception& e) {
-      result = make_error(errc::internal, std::string{"the graph threw: "} + e.what());
-    } catch (...) {
-      result = make_error(errc::internal, "the graph threw something that is not a std::exception");
-    }
+      return execute(*call.g, *call.parameters, *call.on_output);
+    });
     s.act->busy_since(start, graph_name, 1);
     call.complete(std::move(result));
   }};
