@@ -80,7 +80,9 @@ caf::behavior host_device_behavior(host_device_actor* self, std::shared_ptr<back
   self->state.device = std::move(device);
   return {[self](run_graph_atom, const std::shared_ptr<graph_ticket>& ticket) {
     auto& s = self->state;
-    graph_call& call = *std::exchange(ticket->call, nullptr);
+    // The ticket keeps the call until it is answered: if anything here throws, the message's
+    // destruction still answers the caller.
+    graph_call& call = *ticket->call;
     const int64_t start = trace::now_ns();
     static const trace::name_id graph_name = trace::intern("graph");
     std::optional<allocator_scope> memory;
@@ -92,7 +94,7 @@ caf::behavior host_device_behavior(host_device_actor* self, std::shared_ptr<back
       return execute(*call.g, *call.parameters, *call.on_output);
     });
     s.act->busy_since(start, graph_name, 1);
-    call.complete(std::move(result));
+    std::exchange(ticket->call, nullptr)->complete(std::move(result));
   }};
 }
 
@@ -133,13 +135,14 @@ host_device::host_device(caf::actor_system& sys, std::shared_ptr<backend> device
     call.memory = scoped_cpu_allocator();
     call.thread_share = thread_share_cap();
     const std::size_t lane = pool->least_busy();
-    pool->waiting[lane].fetch_add(1, std::memory_order_relaxed);
+    struct counted {
+      std::atomic<int>& waiting;
+      explicit counted(std::atomic<int>& w) : waiting(w) { waiting.fetch_add(1, std::memory_order_relaxed); }
+      ~counted() { waiting.fetch_sub(1, std::memory_order_relaxed); }
+    } queued{pool->waiting[lane]};
     caf::anon_send(pool->actors[lane], run_graph_atom::value, std::shared_ptr<graph_ticket>(new graph_ticket{&call}));
-    {
-      std::unique_lock<std::mutex> lock{call.mtx};
-      call.finished.wait(lock, [&] { return call.done; });
-    }
-    pool->waiting[lane].fetch_sub(1, std::memory_order_relaxed);
+    std::unique_lock<std::mutex> lock{call.mtx};
+    call.finished.wait(lock, [&] { return call.done; });
     return std::move(*call.result);
   });
 }

@@ -21,7 +21,8 @@ class host_device {
   /// Spawns `lanes` actors over `device` (detached: a caller may be a scheduler worker that blocks
   /// on the answer) and installs them as af::execute's answer for threads outside any device actor.
   host_device(caf::actor_system& sys, std::shared_ptr<backend> device, int lanes);
-  /// Uninstalls them, then stops them; calls already queued fail with an error that says so.
+  /// Uninstalls them, then stops them: calls already queued still run first; a call that reaches a
+  /// stopped actor is answered `cancelled`.
   ~host_device();
   host_device(const host_device&) = delete;
   host_device& operator=(const host_device&) = delete;

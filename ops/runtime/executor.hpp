@@ -61,6 +61,8 @@ class graph_request_installation {
 
 /// The graph's outputs for `parameters` (graph::interpret's contract), computed on a device actor
 /// as the header says. `on_output` sees each output as soon as it exists, on the device's thread.
+/// On the calling thread a kernel's exception propagates to the caller, as any call's would; a
+/// request turns it into an error (af::guarded), since it was thrown on another thread.
 expected<std::vector<tensor>> execute(const graph::graph& g, const std::vector<tensor>& parameters,
                                       const graph::output_ready& on_output = {});
 
