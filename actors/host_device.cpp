@@ -50,7 +50,7 @@ struct graph_call {
   }
 };
 
-// Whoever answers takes the call out first: once answered, the caller's stack frame may be gone.
+// Whoever answers takes the call out as it answers: once answered, the caller's stack frame may be gone.
 struct graph_ticket {
   graph_call* call;
   ~graph_ticket() {
