@@ -275,7 +275,9 @@ void topology::shutdown() {
   for (const auto& a : impl_->owned) self->monitor(a);
   // Cancel every stage directly rather than only the tail: a stage busy in a long function then
   // does not delay the others' shutdown. A stage that already finished yields its down at once.
-  for (const auto& a : impl_->owned) self->send(a, flow::cancel_atom::value);
+  // Downstream first: each stage's cancel is then in its mailbox before its upstream can quit, so
+  // it reports the cancel rather than "upstream terminated without end".
+  for (auto a = impl_->owned.rbegin(); a != impl_->owned.rend(); ++a) self->send(*a, flow::cancel_atom::value);
   for (std::size_t i = 0; i < impl_->owned.size(); ++i) {
     bool timed_out = false;
     self->receive([](const caf::down_msg&) {},
