@@ -125,7 +125,9 @@ std::vector<double> train_here(runtime& rt, nn::model& model, int replicas, int 
   if (replicas > 1) {
     std::vector<std::string> devices;
     for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
-    set = distribute::mirrored_strategy(devices).value()->start(rt, model).value();
+    // One thread each, as the peers' replicas: a kernel split over another number of threads
+    // sums in another order (on Zen 5, a 1-replica process's 2 threads changed the last bits).
+    set = distribute::mirrored_strategy(devices, {.threads_per_replica = 1}).value()->start(rt, model).value();
   }
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {

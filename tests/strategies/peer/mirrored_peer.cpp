@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> devices;
     for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
     auto strategy = distribute::mirrored_strategy(
-        devices, {.timeout = std::chrono::milliseconds{30000},
+        devices, {.threads_per_replica = 1,  // as the test's replicas in one process: the same bits
+                  .timeout = std::chrono::milliseconds{30000},
                   .across = {.process = process, .processes = processes, .rendezvous = rendezvous, .token = token, .transport = transport}});
     if (!strategy) return fail(out_path, strategy.error_value().message);
     std::vector<double> reported;  // losses per step, or fit's history: loss then accuracy per epoch
