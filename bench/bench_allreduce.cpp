@@ -27,8 +27,10 @@
 // same run: two independent replicas, each a thread training its own model without exchanging
 // anything (scaling_independent_2x1_vs_1x1; on 2 vCPUs about 1.8). overlap_step_vs_compute: the
 // mirrored step's time over that compute alone (goal <= 1.15), with buckets reduced while the
-// backward pass runs; scaling_2x1_no_overlap_vs_1x1 reduces them after it. The steps run as fit
-// runs them, in a feed's handler (a device actor), on a runtime with a trainer's idle polling.
+// backward pass runs; scaling_2x1_no_overlap_vs_1x1 reduces them after it. split_step_1x1_vs_fused:
+// one replica through the strategy's step (gradients, then the update) against the model's fused
+// step, so that the exchange's cost is told apart from the split's. The steps run as fit runs
+// them, in a feed's handler (a device actor), on a runtime with a trainer's idle polling.
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -172,7 +174,9 @@ std::string free_address() {
 
 // Samples per second of the digits MLP over `replicas` replicas of one kernel thread each, with
 // `rows` rows per replica: the median over `reps` runs of `steps` steps (after warm-up steps).
-double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int steps, int reps, bool overlap = true) {
+// `split`: a single replica too runs the strategy's step (gradients, then the update) rather than
+// the model's fused step.
+double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int steps, int reps, bool overlap = true, bool split = false) {
   auto model = train::digits_mlp(1).value();
   if (!model.compile({.optimizer = optimizers::optimizer::adam(), .loss = {nn::sparse_categorical_crossentropy()}}))
     std::abort();
@@ -184,7 +188,7 @@ double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int ste
     batches.emplace_back(random_uniform({global, 8, 8, 1}, b).value(), tensor::from_vector(labels));
   }
   std::unique_ptr<distribute::replica_set> set;
-  if (replicas > 1) {
+  if (replicas > 1 || split) {
     std::vector<std::string> devices;
     for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
     set = distribute::mirrored_strategy(devices, {.threads_per_replica = 1, .overlap = overlap}).value()->start(rt, model).value();
@@ -283,10 +287,11 @@ int main(int argc, char** argv) {
   // Alternated so that each sees the same machine state.
   constexpr int64_t rows = 1024;
   const int steps = quick ? 40 : 100;
-  std::vector<double> one, two, two_serial, independent;
+  std::vector<double> one, one_split, two, two_serial, independent;
   runtime trainer{{.scheduler_threads = 2, .idle_polls = 50}};  // a trainer's setting, as fit's users run it
   for (int round = 0; round < (quick ? 5 : 9); ++round) {
     one.push_back(train_samples_per_second(trainer, 1, rows, steps, 1));
+    one_split.push_back(train_samples_per_second(trainer, 1, rows, steps, 1, true, true));
     two.push_back(train_samples_per_second(trainer, 2, rows, steps, 1));
     two_serial.push_back(train_samples_per_second(trainer, 2, rows, steps, 1, false));
     double a = 0, b = 0;
@@ -305,6 +310,8 @@ int main(int argc, char** argv) {
   json.add("scaling_2x1_vs_1x1", two_rate / one_rate);
   json.add("scaling_independent_2x1_vs_1x1", apart / one_rate);
   json.add("scaling_2x1_no_overlap_vs_1x1", serial_rate / one_rate);
+  // What splitting the step into gradients and update costs one replica, with nothing to exchange.
+  json.add("split_step_1x1_vs_fused", bench::median(one_split) / one_rate);
   // A mirrored step's time over its compute alone (the same two replicas exchanging nothing).
   json.add("overlap_step_vs_compute", apart / two_rate);
   json.print();
