@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "actors/remote_socket.hpp"
+#include "actors/spin_wait.hpp"
 #include "actors/tsan_handoff.hpp"
 #include "ops/dtype.hpp"
 
@@ -147,24 +148,6 @@ void futex_wake(std::atomic<uint32_t>& word) {
 constexpr auto spin_for = std::chrono::microseconds{30};
 constexpr auto sleep_slice = std::chrono::milliseconds{20};
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-// Polls `ready` for spin_for; whether it became true.
-template <class Ready>
-bool spin_briefly(Ready ready) {
-  const auto spin_until = clock::now() + spin_for;
-  while (clock::now() < spin_until)
-    for (int i = 0; i < 64; ++i) {
-      if (ready()) return true;
-      cpu_relax();
-    }
-  return false;
-}
-
 class shm_link final : public link {
  public:
   // `mapping` holds both directions; `outgoing` is the index of the one this side writes.
@@ -229,7 +212,7 @@ class shm_link final : public link {
   }
 
   expected<void> wait_for_data(uint64_t tail) {
-    if (spin_briefly([&] { return in_->head.load(std::memory_order_acquire) != tail; })) return {};
+    if (af::detail::spin_briefly(spin_for, [&] { return in_->head.load(std::memory_order_acquire) != tail; })) return {};
     for (;;) {
       if (stopped_.load(std::memory_order_acquire)) return make_error(errc::cancelled, "collective link: reader stopped");
       in_->reader_sleeping.store(1, std::memory_order_seq_cst);
@@ -249,7 +232,7 @@ class shm_link final : public link {
   }
 
   expected<void> wait_for_space(uint64_t head) {
-    if (spin_briefly([&] { return head - out_->tail.load(std::memory_order_acquire) < capacity_; })) return {};
+    if (af::detail::spin_briefly(spin_for, [&] { return head - out_->tail.load(std::memory_order_acquire) < capacity_; })) return {};
     const auto give_up = clock::now() + stall_;
     for (;;) {
       out_->writer_sleeping.store(1, std::memory_order_seq_cst);

@@ -1,9 +1,10 @@
-// The ring all-reduce of actors/collectives.hpp: one rank actor per replica, each sending to its
-// right neighbour. A call of N ranks splits the tensor into N chunks and takes 2(N-1) rounds:
-// reduce-scatter (in round k rank r sends chunk r-k and adds chunk r-k-1 from its left into its
-// own buffer, so that after N-1 rounds it holds the sum of chunk r+1) then all-gather (the summed
-// chunks go round once more and are copied in place). all_gather is that second half on every
-// rank's slot; broadcast passes the root's chunks round the ring and back to the root.
+// The ring all-reduce of actors/collectives.hpp: one rank actor per replica (a rank_endpoint,
+// driven by the replica's thread), each sending to its right neighbour. A call of N ranks splits
+// the tensor into N chunks and takes 2(N-1) rounds: reduce-scatter (in round k rank r sends chunk
+// r-k and adds chunk r-k-1 from its left into its own buffer, so that after N-1 rounds it holds
+// the sum of chunk r+1) then all-gather (the summed chunks go round once more and are copied in
+// place). all_gather is that second half on every rank's slot; broadcast passes the root's chunks
+// round the ring and back to the root.
 //
 // Chunks are views of the sender's buffer. A view is read by the receiver before the sender can
 // write that chunk again: a rank writes a chunk only on receiving a message that the ring could
@@ -12,10 +13,10 @@
 #include "actors/collectives.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
+#include <caf/blocking_actor.hpp>
+#include <caf/others.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
-#include <caf/stateful_actor.hpp>
 
 #include <cstdlib>
 #include <cstring>
@@ -29,16 +30,13 @@
 #include "actors/caf_error.hpp"
 #include "actors/collective_link.hpp"
 #include "actors/message_types.hpp"
-#include "actors/resume_ordered.hpp"
 #include "actors/runtime.hpp"
-#include "actors/stop_actors.hpp"
+#include "actors/spin_wait.hpp"
 
 namespace af::collectives {
 
 namespace {
 
-using contribute_atom = caf::atom_constant<caf::atom("af_contrib")>;
-using peers_atom = caf::atom_constant<caf::atom("af_peers")>;
 using chunk_atom = caf::atom_constant<caf::atom("af_chunk")>;
 using abort_atom = caf::atom_constant<caf::atom("af_abort")>;
 using expire_atom = caf::atom_constant<caf::atom("af_expire")>;
@@ -124,13 +122,18 @@ struct chunk_message {
   tensor data;
 };
 
+// What a call came to: set once, by the rank's driver (under its mutex).
+struct call_outcome {
+  std::optional<expected<tensor>> value;
+};
+
 struct running_call {
   uint64_t seq = 0;
   call_spec spec;
   tensor buffer;     // 1-D, contiguous, this rank's own
   af::shape result;  // the dims the buffer is answered as
   int received = 0;  // chunks applied so far (recursive doubling: rounds done)
-  caf::response_promise answer;
+  std::shared_ptr<call_outcome> answer;
   std::chrono::steady_clock::time_point started;
   std::map<int, chunk_message> ahead;  // recursive doubling: partners' buffers for later rounds
 };
@@ -149,6 +152,7 @@ struct rank_state {
   std::string name;
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<arrivals> arrived;
+  caf::actor me;                  // this rank's actor
   std::vector<caf::actor> peers;  // every rank of this process, by rank (others' are null)
   uint64_t next_seq = 0;                        // calls this rank has started
   std::optional<running_call> current;
@@ -164,8 +168,6 @@ struct rank_state {
   // up (a call rate times the timeout); the one timer re-arms for what the running call has left.
   bool timer_armed = false;
 };
-
-using rank_actor = detail::resume_ordered<caf::stateful_actor<rank_state>>;
 
 // [begin, end) of chunk c of n elements split over `parts`.
 std::pair<int64_t, int64_t> chunk_range(int64_t n, int parts, int c) {
@@ -215,24 +217,22 @@ tensor chunk_view(const running_call& call, int ranks, int chunk) {
 
 bool is_local(const rank_state& s, int rank) { return !s.remote || s.remote->group.local(rank); }
 
-void fail_all(rank_actor* self, const error& why, bool tell_ring);
+void fail_all(rank_state& s, const error& why, bool tell_ring);
 
 // A link to another process failed under this rank: every rank of this process fails alike (the
 // link's reader tells them too when the peer is gone; a stalled peer only this way).
-void link_failed(rank_actor* self, const error& why) {
-  auto& s = self->state;
-  fail_all(self, why, false);
+void link_failed(rank_state& s, const error& why) {
+  fail_all(s, why, false);
   for (const auto& peer : s.peers)
-    if (peer && peer != caf::actor_cast<caf::actor>(self)) self->send(peer, abort_atom::value, static_cast<int32_t>(why.code), why.message);
+    if (peer && peer != s.me) caf::anon_send(peer, abort_atom::value, static_cast<int32_t>(why.code), why.message);
 }
 
 // A chunk for rank `to`: a message to its actor in this process, or its bytes written into the
 // link to its process, whose reader there turns them back into this message.
-void send_chunk(rank_actor* self, int to, const running_call& call, int round, tensor data) {
-  auto& s = self->state;
+void send_chunk(rank_state& s, int to, const running_call& call, int round, tensor data) {
   const auto& c = call.spec;
   if (is_local(s, to)) {
-    self->send(s.peers[static_cast<std::size_t>(to)], chunk_atom::value, call.seq, c.id.step, c.id.bucket, static_cast<int32_t>(c.kind),
+    caf::anon_send(s.peers[static_cast<std::size_t>(to)], chunk_atom::value, call.seq, c.id.step, c.id.bucket, static_cast<int32_t>(c.kind),
                c.root, static_cast<int32_t>(c.type), c.numel, static_cast<int32_t>(round), std::move(data));
     return;
   }
@@ -242,14 +242,13 @@ void send_chunk(rank_actor* self, int to, const running_call& call, int round, t
   h.kind = static_cast<int32_t>(c.kind), h.root = c.root, h.dtype = static_cast<int32_t>(c.type), h.numel = c.numel, h.round = round;
   h.payload_bytes = data.nbytes();
   if (auto sent = s.remote->to(to).write(h, data.raw_data()); !sent)
-    link_failed(self, with_context(sent.error_value(), s.name + " call #" + std::to_string(call.seq) + " " + describe(c.id) + ": rank " +
+    link_failed(s, with_context(sent.error_value(), s.name + " call #" + std::to_string(call.seq) + " " + describe(c.id) + ": rank " +
                                                            std::to_string(s.rank) + " sending to rank " + std::to_string(to)));
 }
 
-void send_abort(rank_actor* self, int to, const error& why) {
-  auto& s = self->state;
+void send_abort(rank_state& s, int to, const error& why) {
   if (is_local(s, to)) {
-    self->send(s.peers[static_cast<std::size_t>(to)], abort_atom::value, static_cast<int32_t>(why.code), why.message);
+    caf::anon_send(s.peers[static_cast<std::size_t>(to)], abort_atom::value, static_cast<int32_t>(why.code), why.message);
     return;
   }
   const std::string text = why.message.substr(0, mesh::max_abort_text);
@@ -261,8 +260,8 @@ void send_abort(rank_actor* self, int to, const error& why) {
 
 int right_of(const rank_state& s) { return (s.rank + 1) % s.ranks; }
 
-void send(rank_actor* self, const running_call& call, int round, tensor data) {
-  send_chunk(self, right_of(self->state), call, round, std::move(data));
+void send(rank_state& s, const running_call& call, int round, tensor data) {
+  send_chunk(s, right_of(s), call, round, std::move(data));
 }
 
 // Which chunk a rank sends in a round. all_reduce: reduce-scatter rounds 0..n-2 send chunk r-k,
@@ -289,44 +288,41 @@ int chunks_to_receive(const call_spec& c, int ranks) {
   return 0;
 }
 
-void fail_all(rank_actor* self, const error& why, bool tell_ring) {
-  auto& s = self->state;
+void fail_all(rank_state& s, const error& why, bool tell_ring) {
   if (s.failed) return;
   s.failed = why;
   if (s.current) {
-    s.current->answer.deliver(to_caf_error(why));
+    s.current->answer->value = expected<tensor>{why};
     s.current.reset();
   }
-  for (auto& [call, value] : s.queued) call.answer.deliver(to_caf_error(why));
+  for (auto& [call, value] : s.queued) call.answer->value = expected<tensor>{why};
   s.queued.clear();
   s.early.clear();
-  if (tell_ring && s.ranks > 1) send_abort(self, right_of(s), why);
+  if (tell_ring && s.ranks > 1) send_abort(s, right_of(s), why);
 }
 
-void begin_next(rank_actor* self);
+void begin_next(rank_state& s);
 
-void finish(rank_actor* self) {
-  auto& call = *self->state.current;
-  call.answer.deliver(call.buffer.reshape(call.result).value());
-  self->state.arrived->done(self->state.rank);
-  self->state.current.reset();
-  begin_next(self);
+void finish(rank_state& s) {
+  auto& call = *s.current;
+  call.answer->value = call.buffer.reshape(call.result);
+  s.arrived->done(s.rank);
+  s.current.reset();
+  begin_next(s);
 }
 
 // A call this rank cannot complete because a process it needs has left.
-void fail_if_left(rank_actor* self) {
-  auto& s = self->state;
+void fail_if_left(rank_state& s) {
   if (!s.current || s.current->seq < s.others_left_after) return;
-  fail_all(self,
+  fail_all(s,
            error{errc::peer_down, s.name + " call #" + std::to_string(s.current->seq) + " " + describe(s.current->spec.id) + ": " +
                                       s.who_left + " left after finishing " + std::to_string(s.others_left_after) + " call(s)"},
            false);
 }
 
-void fail_mismatch(rank_actor* self, const chunk_message& m, int sender) {
-  auto& s = self->state;
+void fail_mismatch(rank_state& s, const chunk_message& m, int sender) {
   const auto& call = *s.current;
-  fail_all(self,
+  fail_all(s,
            error{errc::invalid_argument, s.name + " call #" + std::to_string(call.seq) + ": rank " + std::to_string(s.rank) +
                                              " called " + describe(call.spec) + ", rank " + std::to_string(sender) + " " +
                                              describe(m.spec) + ": every rank must make the same calls, in the same order, on the same shapes"},
@@ -337,16 +333,16 @@ void fail_mismatch(rank_actor* self, const chunk_message& m, int sender) {
 // buffer into its own, so after k rounds every rank holds the sum. The partners of a round add the
 // same two buffers (a + b is b + a, bit for bit), so every rank ends with the same bits. Buffers
 // travel as copies: a rank adds into its own while its partner may not have read it yet.
-void send_doubling(rank_actor* self, const running_call& call, int round) {
-  const int partner = self->state.rank ^ (1 << round);
+void send_doubling(rank_state& s, const running_call& call, int round) {
+  const int partner = s.rank ^ (1 << round);
   auto copy = call.buffer.clone();
   if (!copy) {  // the others would wait for this rank in vain: fail them all, naming why
-    fail_all(self, with_context(copy.error_value(), self->state.name + " call #" + std::to_string(call.seq) + " on rank " +
-                                                        std::to_string(self->state.rank)),
+    fail_all(s, with_context(copy.error_value(), s.name + " call #" + std::to_string(call.seq) + " on rank " +
+                                                        std::to_string(s.rank)),
              true);
     return;
   }
-  send_chunk(self, partner, call, round, std::move(*copy));
+  send_chunk(s, partner, call, round, std::move(*copy));
 }
 
 int doubling_rounds(int ranks) {
@@ -355,21 +351,20 @@ int doubling_rounds(int ranks) {
   return k;
 }
 
-void apply_doubling(rank_actor* self, chunk_message&& m) {
-  auto& s = self->state;
+void apply_doubling(rank_state& s, chunk_message&& m) {
   auto& call = *s.current;
   if (m.round != call.received) {  // a partner of a later round is ahead of this one's
     call.ahead.emplace(m.round, std::move(m));
     return;
   }
-  if (!(m.spec == call.spec)) return fail_mismatch(self, m, s.rank ^ (1 << m.round));
+  if (!(m.spec == call.spec)) return fail_mismatch(s, m, s.rank ^ (1 << m.round));
   add_chunk(call.buffer, 0, m.data);
-  if (++call.received == doubling_rounds(s.ranks)) return finish(self);
-  send_doubling(self, call, call.received);
+  if (++call.received == doubling_rounds(s.ranks)) return finish(s);
+  send_doubling(s, call, call.received);
   if (auto next = call.ahead.find(call.received); next != call.ahead.end()) {
     auto ready = std::move(next->second);
     call.ahead.erase(next);
-    apply_doubling(self, std::move(ready));
+    apply_doubling(s, std::move(ready));
   }
 }
 
@@ -395,9 +390,8 @@ bool chunk_fits(const running_call& call, const chunk_message& m, int rank, int 
   return m.data.numel() == end - begin;
 }
 
-void fail_misfit(rank_actor* self, const chunk_message& m) {
-  auto& s = self->state;
-  fail_all(self,
+void fail_misfit(rank_state& s, const chunk_message& m) {
+  fail_all(s,
            error{errc::protocol_violation, s.name + " call #" + std::to_string(m.seq) + " " + describe(m.spec) + ": rank " + std::to_string(s.rank) +
                                                " got a chunk of " + std::to_string(m.data.numel()) + " elements for round " + std::to_string(m.round) +
                                                ", which the call's plan does not have"},
@@ -405,20 +399,19 @@ void fail_misfit(rank_actor* self, const chunk_message& m) {
 }
 
 // Applies one chunk of the running call; a mismatch fails the whole ring.
-void apply(rank_actor* self, chunk_message&& m) {
-  auto& s = self->state;
+void apply(rank_state& s, chunk_message&& m) {
   auto& call = *s.current;
   const int n = s.ranks;
-  if (m.spec == call.spec && !chunk_fits(call, m, s.rank, n)) return fail_misfit(self, m);
+  if (m.spec == call.spec && !chunk_fits(call, m, s.rank, n)) return fail_misfit(s, m);
   if (call.spec.kind == op_kind::all_reduce_doubling || m.spec.kind == op_kind::all_reduce_doubling) {
-    if (m.round < 0 || m.round >= doubling_rounds(n)) return fail_misfit(self, m);  // before 1 << round
-    if (call.spec.kind == m.spec.kind) return apply_doubling(self, std::move(m));
+    if (m.round < 0 || m.round >= doubling_rounds(n)) return fail_misfit(s, m);  // before 1 << round
+    if (call.spec.kind == m.spec.kind) return apply_doubling(s, std::move(m));
     // One rank chose doubling, its neighbour the ring: their sizes differ. Who sent it: the left
     // neighbour for a ring chunk, the round's partner for a doubling one.
-    return fail_mismatch(self, m, m.spec.kind == op_kind::all_reduce_doubling ? s.rank ^ (1 << m.round) : wrap(s.rank - 1, n));
+    return fail_mismatch(s, m, m.spec.kind == op_kind::all_reduce_doubling ? s.rank ^ (1 << m.round) : wrap(s.rank - 1, n));
   }
   if (!(m.spec == call.spec)) {
-    fail_all(self,
+    fail_all(s,
              error{errc::invalid_argument, s.name + " call #" + std::to_string(call.seq) + ": rank " + std::to_string(s.rank) +
                                                " called " + describe(call.spec) + ", rank " + std::to_string(wrap(s.rank - 1, n)) +
                                                " " + describe(m.spec) +
@@ -440,17 +433,17 @@ void apply(rank_actor* self, chunk_message&& m) {
   switch (call.spec.kind) {
     case op_kind::all_reduce:
     case op_kind::all_gather:
-      if (!last) send(self, call, m.round + 1, chunk_view(call, n, chunk_sent(call.spec.kind, s.rank, n, m.round + 1)));
+      if (!last) send(s, call, m.round + 1, chunk_view(call, n, chunk_sent(call.spec.kind, s.rank, n, m.round + 1)));
       break;
     case op_kind::all_reduce_doubling: break;  // apply_doubling's
     case op_kind::broadcast:
       // Passed on as it came (a view of the root's buffer). The rank before the root passes it
       // back to the root, which is done when all have returned: it cannot run calls ahead of the
       // ring, and its result shares storage with no chunk still in flight.
-      if (s.rank != call.spec.root) send(self, call, m.round, std::move(m.data));
+      if (s.rank != call.spec.root) send(s, call, m.round, std::move(m.data));
       break;
   }
-  if (last) finish(self);
+  if (last) finish(s);
 }
 
 // A rank's own buffer for a call: the caller's tensor itself when nothing else holds its storage
@@ -463,8 +456,7 @@ expected<tensor> own_buffer(tensor& value, int64_t numel) {
 }
 
 // Starts a call: this rank's buffer, and what it sends before it has received anything.
-void start_call(rank_actor* self, running_call&& call, tensor& value) {
-  auto& s = self->state;
+void start_call(rank_state& s, running_call&& call, tensor& value) {
   const int n = s.ranks;
   const auto& c = call.spec;
   error no_buffer;
@@ -489,108 +481,144 @@ void start_call(rank_actor* self, running_call&& call, tensor& value) {
   s.current = std::move(call);
   auto& running = *s.current;
   if (no_buffer)  // the others would wait for this rank in vain: fail them all, naming why
-    return fail_all(self, with_context(no_buffer, s.name + " call #" + std::to_string(running.seq) + " on rank " + std::to_string(s.rank)),
+    return fail_all(s, with_context(no_buffer, s.name + " call #" + std::to_string(running.seq) + " on rank " + std::to_string(s.rank)),
                     true);
-  if (n == 1) return finish(self);
+  if (n == 1) return finish(s);
   if (c.kind == op_kind::all_reduce_doubling)
-    send_doubling(self, running, 0);
+    send_doubling(s, running, 0);
   else if (c.kind != op_kind::broadcast)
-    send(self, running, 0, chunk_view(running, n, chunk_sent(c.kind, s.rank, n, 0)));
+    send(s, running, 0, chunk_view(running, n, chunk_sent(c.kind, s.rank, n, 0)));
   else if (s.rank == c.root)
-    for (int k = 0; k < n; ++k) send(self, running, k, chunk_view(running, n, k));
+    for (int k = 0; k < n; ++k) send(s, running, k, chunk_view(running, n, k));
 }
 
 // Starts the oldest queued call, if none runs: its buffer, its first sends, its timer, and the
 // chunks that came for it before it started.
-void begin_next(rank_actor* self) {
-  auto& st = self->state;
+void begin_next(rank_state& s) {
+  auto& st = s;
   if (st.current || st.queued.empty() || st.failed) return;
   auto [call, value] = std::move(st.queued.front());
   st.queued.pop_front();
   const uint64_t seq = call.seq;
   call.started = std::chrono::steady_clock::now();
-  start_call(self, std::move(call), value);  // may finish at once (one rank) and begin the next
+  start_call(s, std::move(call), value);  // may finish at once (one rank) and begin the next
   if (!st.current || st.current->seq != seq) return;
-  if (seq >= st.others_left_after) return fail_if_left(self);
+  if (seq >= st.others_left_after) return fail_if_left(s);
   if (!st.timer_armed) {
     st.timer_armed = true;
-    self->delayed_send(self, st.timeout, expire_atom::value);
+    caf::delayed_anon_send(st.me, st.timeout, expire_atom::value);
   }
   if (auto early = st.early.find(seq); early != st.early.end()) {
     auto chunks = std::move(early->second);
     st.early.erase(early);
     for (auto& m : chunks)
-      if (st.current && st.current->seq == seq) apply(self, std::move(m));
+      if (st.current && st.current->seq == seq) apply(s, std::move(m));
   }
 }
 
-caf::behavior rank_behaviour(rank_actor* self, int rank, int ranks, std::string name, std::chrono::milliseconds timeout,
-                             std::shared_ptr<arrivals> arrived, std::shared_ptr<const remote_links> remote) {
-  auto& s = self->state;
-  s.rank = rank, s.ranks = ranks, s.name = std::move(name), s.timeout = timeout, s.arrived = std::move(arrived);
-  s.remote = std::move(remote);
-  return {
-      [=](peers_atom, std::vector<caf::actor> peers) { self->state.peers = std::move(peers); },
-      [=](contribute_atom, int32_t kind, int32_t root, uint64_t step, uint32_t bucket, tensor& value) {
-        auto& st = self->state;
-        auto answer = self->make_response_promise();
-        if (st.failed) return answer.deliver(to_caf_error(*st.failed));
-        const uint64_t seq = st.next_seq++;
-        st.arrived->arrived(st.rank);
-        const auto spec = call_spec::from(kind, root, step, bucket, static_cast<int32_t>(value.type()), value.numel());
-        st.queued.emplace_back(running_call{seq, spec, {}, {}, 0, answer, std::chrono::steady_clock::now(), {}}, std::move(value));
-        begin_next(self);
-      },
-      [=](chunk_atom, uint64_t seq, uint64_t step, uint32_t bucket, int32_t kind, int32_t root, int32_t type, int64_t numel, int32_t round,
-          tensor data) {
-        auto& st = self->state;
-        if (st.failed) return;
-        chunk_message m{seq, call_spec::from(kind, root, step, bucket, type, numel), round, std::move(data)};
-        if (st.current && st.current->seq == seq) return apply(self, std::move(m));
-        // Every call needs every rank, so no rank gets more than a call ahead of this one's calls:
-        // a chunk further ahead is a peer breaking the protocol, not one to keep.
-        if (seq > st.next_seq + 1)
-          return fail_all(self,
-                          error{errc::protocol_violation, st.name + ": rank " + std::to_string(st.rank) + " got a chunk of call #" +
-                                                              std::to_string(seq) + " after making " + std::to_string(st.next_seq) + " call(s)"},
-                          true);
-        if (!st.current || seq > st.current->seq) st.early[seq].push_back(std::move(m));  // a call not begun here yet
-      },
-      [=](left_atom, int32_t process, uint64_t finished) {
-        auto& st = self->state;
-        if (finished < st.others_left_after) {
-          st.others_left_after = finished;
-          st.who_left = "process " + std::to_string(process);
-        }
-        fail_if_left(self);
-      },
-      [=](abort_atom, int32_t code, const std::string& why) {
-        // The error goes once round the ring: the rank that raised it already failed.
-        fail_all(self, error{static_cast<errc>(code), why}, !self->state.failed.has_value());
-      },
-      [=](expire_atom) {
-        auto& st = self->state;
-        st.timer_armed = false;
-        if (!st.current) return;
-        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - st.current->started);
-        if (waited < st.timeout) {
-          st.timer_armed = true;
-          self->delayed_send(self, st.timeout - waited, expire_atom::value);
-          return;
-        }
-        const uint64_t seq = st.current->seq;
-        const std::string missing = st.arrived->missing(seq);
-        fail_all(self,
-                 error{errc::timeout, st.name + " call #" + std::to_string(seq) + " " + describe(st.current->spec.id) +
-                                          ": " + (missing.empty() ? std::string{st.remote ? "every rank this process hears from called; the "
-                                                                                           "ring stalled beyond them"
-                                                                                         : "every rank called, but the ring stalled"}
-                                                                  : "rank(s) " + missing + " did not arrive") +
-                                          " within " + std::to_string(st.timeout.count()) + " ms"},
-                 true);
-      },
-  };
+// A call this rank makes: queued behind the one it runs, if any; its outcome appears in the slot.
+std::shared_ptr<call_outcome> contribute(rank_state& s, op_kind kind, int root, call_id id, tensor value) {
+  auto answer = std::make_shared<call_outcome>();
+  if (s.failed) {
+    answer->value = expected<tensor>{*s.failed};
+    return answer;
+  }
+  const uint64_t seq = s.next_seq++;
+  s.arrived->arrived(s.rank);
+  const auto spec = call_spec::from(static_cast<int32_t>(kind), root, id.step, id.bucket, static_cast<int32_t>(value.type()), value.numel());
+  s.queued.emplace_back(running_call{seq, spec, {}, {}, 0, answer, std::chrono::steady_clock::now(), {}}, std::move(value));
+  begin_next(s);
+  return answer;
 }
+
+void on_chunk(rank_state& s, chunk_message&& m) {
+  if (s.failed) return;
+  if (s.current && s.current->seq == m.seq) return apply(s, std::move(m));
+  // Every call needs every rank, so no rank gets more than a call ahead of this one's calls:
+  // a chunk further ahead is a peer breaking the protocol, not one to keep.
+  if (m.seq > s.next_seq + 1)
+    return fail_all(s,
+                    error{errc::protocol_violation, s.name + ": rank " + std::to_string(s.rank) + " got a chunk of call #" +
+                                                        std::to_string(m.seq) + " after making " + std::to_string(s.next_seq) + " call(s)"},
+                    true);
+  if (!s.current || m.seq > s.current->seq) s.early[m.seq].push_back(std::move(m));  // a call not begun here yet
+}
+
+void on_left(rank_state& s, int32_t process, uint64_t finished) {
+  if (finished < s.others_left_after) {
+    s.others_left_after = finished;
+    s.who_left = "process " + std::to_string(process);
+  }
+  fail_if_left(s);
+}
+
+void on_expire(rank_state& s) {
+  s.timer_armed = false;
+  if (!s.current) return;
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - s.current->started);
+  if (waited < s.timeout) {
+    s.timer_armed = true;
+    caf::delayed_anon_send(s.me, s.timeout - waited, expire_atom::value);
+    return;
+  }
+  const uint64_t seq = s.current->seq;
+  const std::string missing = s.arrived->missing(seq);
+  fail_all(s,
+           error{errc::timeout, s.name + " call #" + std::to_string(seq) + " " + describe(s.current->spec.id) + ": " +
+                                    (missing.empty() ? std::string{s.remote ? "every rank this process hears from called; the "
+                                                                              "ring stalled beyond them"
+                                                                            : "every rank called, but the ring stalled"}
+                                                     : "rank(s) " + missing + " did not arrive") +
+                                    " within " + std::to_string(s.timeout.count()) + " ms"},
+           true);
+}
+
+/// One rank of this process: an actor without a thread of its own (a caf::scoped_actor), whose
+/// mailbox receives its neighbours' chunks and which the thread calling on that rank drives: a
+/// call sends what it can at once, and waiting for its result handles the mailbox's messages. A
+/// rank thereby runs on the replica's own thread, which would otherwise sleep while the ring
+/// works: every hand-off to a rank actor on another thread cost a wake-up (20-40 us on these
+/// virtual machines), several per step, which was most of what 2 replicas of a 1 ms step lost.
+struct rank_endpoint {
+  std::mutex mtx;  // one caller drives the rank at a time
+  std::unique_ptr<caf::scoped_actor> actor;
+  rank_state state;
+  std::chrono::microseconds spin{0};  // polling before a wait sleeps (0: none)
+
+  /// Handles the mailbox's messages until `done` (under mtx): polling `spin` first, then asleep.
+  /// The call's timer message ends a wait for ranks that never come.
+  void drive_until(const call_outcome& done) {
+    auto& self = **actor;
+    while (!done.value) {
+      if (spin.count() > 0 && self.mailbox().empty())
+        detail::spin_briefly(spin, [&] { return !self.mailbox().empty(); });
+      handle_one();
+    }
+  }
+
+  /// Handles what has arrived, without waiting (under mtx).
+  void drive_arrived() {
+    while (!(**actor).mailbox().empty()) handle_one();
+  }
+
+ private:
+  // Handles the next message, waiting for one.
+  void handle_one() {
+    (**actor).receive(
+        [&](chunk_atom, uint64_t seq, uint64_t step, uint32_t bucket, int32_t kind, int32_t root, int32_t type, int64_t numel, int32_t round,
+            tensor& data) {
+          on_chunk(state, chunk_message{seq, call_spec::from(kind, root, step, bucket, type, numel), round, std::move(data)});
+        },
+        [&](left_atom, int32_t process, uint64_t finished) { on_left(state, process, finished); },
+        // The error goes once round the ring: the rank that raised it already failed.
+        [&](abort_atom, int32_t code, const std::string& why) {
+          fail_all(state, error{static_cast<errc>(code), why}, !state.failed.has_value());
+        },
+        [&](expire_atom) { on_expire(state); },
+        // Nothing else is sent to a rank; anything else is dropped rather than kept forever.
+        caf::others >> [](caf::message_view&) -> caf::result<caf::message> { return caf::message{}; });
+  }
+};
 
 // A link's reader: every message from that process becomes the message to the rank it names
 // here; a link that breaks (the process died, or sent bytes that are not a collective's) fails
@@ -656,14 +684,18 @@ expected<std::pair<std::string, uint16_t>> parse_address(const std::string& name
 struct ring_group::impl {
   caf::actor_system* sys = nullptr;
   int ranks = 0, first_local = 0;
-  std::vector<caf::actor> local;  // this process's rank actors, from first_local on
+  std::vector<std::shared_ptr<rank_endpoint>> local;  // this process's ranks, from first_local on
   std::shared_ptr<remote_links> remote;
   std::shared_ptr<arrivals> arrived;
   std::vector<std::thread> readers;
   std::size_t doubling_max_bytes = 0;  // 0: never (the ranks are not a power of two)
 
+  rank_endpoint& endpoint(int rank) const { return *local[static_cast<std::size_t>(rank - first_local)]; }
+
   ~impl() {
-    if (sys) stop_and_wait(*sys, local);
+    // A call still waiting on another thread fails rather than waiting for the timeout.
+    for (const auto& rank : local)
+      caf::anon_send(rank->state.me, abort_atom::value, static_cast<int32_t>(errc::cancelled), std::string{"the ring stopped"});
     if (!remote) return;
     // Every message this process owed the others is written. It says goodbye with the calls it
     // finished, so that the others tell a process that left from one that died (an end of file
@@ -715,7 +747,6 @@ expected<ring_group> ring_group::start(runtime& rt, ring_options options) {
     state->remote = std::make_shared<remote_links>();
     state->remote->group = mesh.group;
     for (auto& l : links) state->remote->links.emplace_back(std::move(l));
-    options.own_threads = true;  // a rank may wait on a link: never on a scheduler worker
   }
   auto arrived = std::make_shared<arrivals>();
   arrived->calls.assign(static_cast<std::size_t>(options.ranks), 0);
@@ -731,15 +762,21 @@ expected<ring_group> ring_group::start(runtime& rt, ring_options options) {
   }
   state->arrived = arrived;
   std::vector<caf::actor> peers(static_cast<std::size_t>(options.ranks));
+  // Each rank polls before it sleeps only while the ranks here are no more than the cores, so
+  // that a polling rank never holds a core another rank here needs.
+  const bool poll = per_process <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int r = state->first_local; r < state->first_local + per_process; ++r) {
-    auto rank = options.own_threads ? state->sys->spawn<caf::detached>(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived,
-                                                                        std::shared_ptr<const remote_links>{state->remote})
-                                    : state->sys->spawn(rank_behaviour, r, options.ranks, options.name, options.timeout, arrived,
-                                                        std::shared_ptr<const remote_links>{});
-    peers[static_cast<std::size_t>(r)] = rank;
+    auto rank = std::make_shared<rank_endpoint>();
+    rank->actor = std::make_unique<caf::scoped_actor>(*state->sys);
+    auto& st = rank->state;
+    st.me = caf::actor_cast<caf::actor>(*rank->actor);
+    st.rank = r, st.ranks = options.ranks, st.name = options.name, st.timeout = options.timeout, st.arrived = arrived;
+    st.remote = state->remote;
+    rank->spin = poll ? std::chrono::microseconds{100} : std::chrono::microseconds{0};
+    peers[static_cast<std::size_t>(r)] = st.me;
     state->local.push_back(std::move(rank));
   }
-  for (const auto& rank : state->local) caf::anon_send(rank, peers_atom::value, peers);
+  for (const auto& rank : state->local) rank->state.peers = peers;
   if (state->remote)
     for (int p = 0; p < across.processes; ++p)
       if (p != across.process)
@@ -766,45 +803,47 @@ std::string ring_group::transport_to(int process) const {
   return links[static_cast<std::size_t>(process)] ? links[static_cast<std::size_t>(process)]->transport() : "in process";
 }
 
-using contribute_handle = decltype(std::declval<caf::scoped_actor&>()->request(
-    std::declval<const caf::actor&>(), caf::infinite, contribute_atom::value, int32_t{}, int32_t{}, uint64_t{}, uint32_t{}, tensor{}));
-
 struct pending_result::impl {
   std::optional<error> refused;  // the call was not made
-  std::unique_ptr<caf::scoped_actor> self;
-  std::optional<contribute_handle> answer;
+  std::shared_ptr<rank_endpoint> rank;
+  std::shared_ptr<call_outcome> answer;  // null once taken
 };
 
 pending_result::pending_result(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 pending_result::pending_result(pending_result&&) noexcept = default;
 pending_result& pending_result::operator=(pending_result&&) noexcept = default;
-pending_result::~pending_result() = default;
+
+// The other ranks need this one's part of the call: it is driven to its end, its result dropped.
+pending_result::~pending_result() {
+  if (!impl_ || !impl_->answer || impl_->answer->value) return;
+  std::lock_guard<std::mutex> guard{impl_->rank->mtx};
+  impl_->rank->drive_until(*impl_->answer);
+}
 
 expected<tensor> pending_result::get() {
   if (impl_->refused) return *impl_->refused;
   if (!impl_->answer) return make_error(errc::invalid_argument, "collective: its result was taken already");
-  expected<tensor> out = make_error(errc::cancelled, "collective: no answer");
-  impl_->answer->receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
+  {
+    std::lock_guard<std::mutex> guard{impl_->rank->mtx};
+    impl_->rank->drive_until(*impl_->answer);
+  }
+  auto out = std::move(*impl_->answer->value);
   impl_->answer.reset();
   return out;
 }
 
 namespace {
 
-pending_result::impl* call_rank_later(pending_result::impl& p, caf::actor_system& sys, const caf::actor& rank, op_kind kind, int root,
-                                      call_id id, tensor value) {
-  p.self = std::make_unique<caf::scoped_actor>(sys);
-  p.answer.emplace((*p.self)->request(rank, caf::infinite, contribute_atom::value, static_cast<int32_t>(kind), root, id.step,
-                                      id.bucket, std::move(value)));
-  return &p;
+std::shared_ptr<call_outcome> start_call_on(rank_endpoint& rank, op_kind kind, int root, call_id id, tensor value) {
+  std::lock_guard<std::mutex> guard{rank.mtx};
+  return contribute(rank.state, kind, root, id, std::move(value));
 }
 
-expected<tensor> call_rank(caf::actor_system& sys, const caf::actor& rank, op_kind kind, int root, call_id id, tensor value) {
-  pending_result::impl p;
-  call_rank_later(p, sys, rank, kind, root, id, std::move(value));
-  expected<tensor> out = make_error(errc::cancelled, "collective: no answer");
-  p.answer->receive([&](tensor& y) { out = std::move(y); }, [&](caf::error& err) { out = from_caf_error(err); });
-  return out;
+expected<tensor> call_rank(rank_endpoint& rank, op_kind kind, int root, call_id id, tensor value) {
+  std::lock_guard<std::mutex> guard{rank.mtx};
+  auto answer = contribute(rank.state, kind, root, id, std::move(value));
+  rank.drive_until(*answer);
+  return std::move(*answer->value);
 }
 
 }  // namespace
@@ -819,6 +858,13 @@ error ring_group::check_rank(const char* what, int rank, const tensor& value) co
   if (!value.defined() || value.type() == dtype::string)
     return error{errc::invalid_argument, std::string{what} + ": a defined tensor of numbers is needed"};
   return {};
+}
+
+void ring_group::progress(int rank) const {
+  if (rank < first_local_rank() || rank >= first_local_rank() + local_ranks()) return;
+  auto& endpoint = impl_->endpoint(rank);
+  std::unique_lock<std::mutex> lock{endpoint.mtx, std::try_to_lock};
+  if (lock) endpoint.drive_arrived();
 }
 
 expected<tensor> ring_group::all_reduce(int rank, call_id id, tensor value) const {
@@ -838,20 +884,21 @@ pending_result ring_group::start_all_reduce(int rank, call_id id, tensor value) 
   }
   const op_kind kind =
       impl_->doubling_max_bytes > 0 && value.nbytes() <= impl_->doubling_max_bytes ? op_kind::all_reduce_doubling : op_kind::all_reduce;
-  call_rank_later(*p, *impl_->sys, impl_->local[static_cast<std::size_t>(rank - impl_->first_local)], kind, 0, id, std::move(value));
+  p->rank = impl_->local[static_cast<std::size_t>(rank - impl_->first_local)];
+  p->answer = start_call_on(*p->rank, kind, 0, id, std::move(value));
   return pending_result{std::move(p)};
 }
 
 expected<tensor> ring_group::all_gather(int rank, call_id id, const tensor& value) const {
   if (auto bad = check_rank("all_gather", rank, value)) return bad;
-  return call_rank(*impl_->sys, impl_->local[static_cast<std::size_t>(rank - impl_->first_local)], op_kind::all_gather, 0, id, value);
+  return call_rank(impl_->endpoint(rank), op_kind::all_gather, 0, id, value);
 }
 
 expected<tensor> ring_group::broadcast(int rank, int root, call_id id, tensor value) const {
   if (auto bad = check_rank("broadcast", rank, value)) return bad;
   if (root < 0 || root >= ranks())
     return make_error(errc::invalid_argument, "broadcast: root " + std::to_string(root) + " is outside the ring of " + std::to_string(ranks()));
-  return call_rank(*impl_->sys, impl_->local[static_cast<std::size_t>(rank - impl_->first_local)], op_kind::broadcast, root, id, std::move(value));
+  return call_rank(impl_->endpoint(rank), op_kind::broadcast, root, id, std::move(value));
 }
 
 }  // namespace af::collectives

@@ -11,6 +11,13 @@
 // with chunks still in flight: read it, do not write into it in place. CAF stays behind this
 // header.
 //
+// A rank actor has no thread of its own: the thread calling on a rank (its replica's) drives it,
+// sending its chunks when it calls and handling its mailbox while it waits for the result (and in
+// progress(), between its kernels). A hand-off between two replicas' threads then costs no
+// wake-up of a third, and a rank waiting for a peer on another core polls briefly before it
+// sleeps. Every rank must therefore be called by a thread that also waits for it: one thread per
+// rank, as replicas have.
+//
 //   auto ring = af::collectives::ring_group::start(rt, {.ranks = 2}).value();
 //   // on replica r's thread, for every bucket of every step, in the same order on every rank:
 //   auto summed = ring.all_reduce(r, {.step = s, .bucket = b}, gradients);   // af::expected<tensor>
@@ -89,11 +96,7 @@ struct ring_options {
   /// of two: log2(ranks) exchanges of the whole tensor instead of the ring's 2(ranks - 1) chunk
   /// steps, fewer hand-offs where latency, not bandwidth, bounds the call. 0: always the ring.
   std::size_t doubling_max_bytes = std::size_t{64} << 10;
-  /// Each rank actor on a thread of its own rather than on the scheduler: for groups whose callers
-  /// block a scheduler worker while they wait (a replica stepping on the actor a pipeline feeds),
-  /// and whose calls should wake only the threads taking part (actors/replica.cpp says why).
-  bool own_threads = false;
-  /// The processes the ranks span (rank actors then always run on threads of their own).
+  /// The processes the ranks span.
   process_options across;
 };
 
@@ -108,7 +111,8 @@ class pending_result {
  public:
   pending_result(pending_result&&) noexcept;
   pending_result& operator=(pending_result&&) noexcept;
-  /// Dropping a call unwaited leaves the collective running; its result is discarded.
+  /// Dropping a call unwaited drives it to its end first (the other ranks need this one's part);
+  /// its result is discarded.
   ~pending_result();
   /// The result, waiting for it; once only (a second call is invalid_argument).
   expected<tensor> get();
@@ -124,7 +128,7 @@ class pending_result {
 
 class ring_group {
  public:
-  /// Spawns the ring's rank actors (this process's, after joining the others); invalid_argument for
+  /// Makes this process's rank actors (after joining the others); invalid_argument for
   /// fewer than one rank, a timeout of 0, or processes that do not divide the ranks; the joining's
   /// error naming the process or address that failed.
   static expected<ring_group> start(runtime& rt, ring_options options);
@@ -141,9 +145,12 @@ class ring_group {
   /// rank outside the ring (or not this process's) or an unsupported dtype.
   expected<tensor> all_reduce(int rank, call_id id, tensor value) const;
   /// all_reduce without waiting, for a replica that sums one bucket of gradients while it computes
-  /// the next: the call is made at once, get() waits for its result. A rank's calls run in the
-  /// order it makes them, started or blocking alike.
+  /// the next: the call is made at once (its first chunks are sent), get() waits for its result. A
+  /// rank's calls run in the order it makes them, started or blocking alike.
   pending_result start_all_reduce(int rank, call_id id, tensor value) const;
+  /// Handles what has arrived for `rank` without waiting: its started calls move on between a
+  /// replica's kernels. Nothing when another thread is driving the rank.
+  void progress(int rank) const;
   /// Every rank's `value` (the same shape and dtype on each, any numeric dtype), stacked in rank
   /// order along a new first dimension: [ranks, ...value's dims], for rank `rank`.
   expected<tensor> all_gather(int rank, call_id id, const tensor& value) const;

@@ -201,6 +201,7 @@ class bucket_reducer {
     gradients_[k] = grad;
     --missing_[bucket_of_[k]];
     while (started_ + 1 < g_.buckets.size() && missing_[started_] == 0) start(started_, 0.0);
+    if (started_ > 0) g_.ring->progress(rank_);  // the started buckets move on between kernels
   }
 
   /// Starts every bucket not started yet, the last with the flag, and waits for all: the summed
@@ -520,13 +521,11 @@ expected<replica_group> replica_group::start(runtime& rt, nn::model& model, grou
   group->accumulation_steps = options.accumulation_steps;
   group->reduce_in_bf16 = options.reduce_in_bf16;
   group->threads = options.threads_per_replica > 0 ? options.threads_per_replica : std::max(1, thread_budget() / options.replicas);
-  // The ring's ranks run on threads of their own, which sleep until a chunk comes: scheduled rank
-  // actors woke CAF's workers at every step, whose polling for more work then took the replicas'
-  // cores (2 replicas x 1 thread on 2 cores: 1.05-1.3x the samples/s of one replica instead of
-  // 1.4-1.55x), and replica 0 blocks the scheduler worker it steps on, which on a scheduler of
-  // one worker would leave none for the ring.
+  // Each replica drives its own rank of the ring on its own thread (actors/collective_ring.cpp):
+  // scheduled rank actors woke CAF's workers at every step, whose polling took the replicas'
+  // cores, and rank actors on threads of their own cost a wake-up at every hand-off.
   AF_TRY_ASSIGN(auto ring, collectives::ring_group::start(rt, {.ranks = group->replicas, .timeout = options.timeout,
-                                                               .name = options.name, .own_threads = true, .across = options.across}));
+                                                               .name = options.name, .across = options.across}));
   group->ring = std::make_shared<collectives::ring_group>(std::move(ring));
 
   auto state = std::make_unique<impl>();

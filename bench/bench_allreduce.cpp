@@ -11,7 +11,7 @@
 // as a replica hands over a fresh gradient, and summed in place. Last line: one JSON object with
 // inproc{2,4}_busbw_gbps_<bytes>, inproc{2,4}_ms_<bytes>, memcpy_gbps and, for 1 MB and up,
 // inproc{2,4}_busbw_vs_memcpy_min (the worst size; goal >= 0.4), and inproc1_ms_4096, a call to a
-// group of one rank: the thread hand-offs every call pays whatever its size.
+// group of one rank: what every call pays whatever its size (the caller drives its rank itself).
 //
 // Two processes: the program runs a copy of itself as process 1 of a ring of 2 ranks, one per
 // process, and both time the same calls: procs2_ms_<bytes> and procs2_busbw_gbps_<bytes> over the
@@ -234,10 +234,10 @@ int main(int argc, char** argv) {
   const double copy_gbps = memcpy_gbps(64 << 20, quick ? 5 : 11);
   json.add("memcpy_gbps", copy_gbps);
   std::printf("memcpy, one thread, 64 MB: %.2f GB/s\n", copy_gbps);
-  // A group of one rank sums nothing: the cost of a call's hand-offs alone, the floor of small sizes.
+  // A group of one rank sums nothing: the cost of a call alone, the floor of small sizes.
   const double alone = allreduce_seconds(rt, 1, 4096, quick ? 200 : 1000, quick ? 3 : 7);
   json.add("inproc1_ms_4096", alone * 1e3);
-  std::printf("1 rank,        4096 bytes: %8.3f ms (a call's hand-offs alone)\n", alone * 1e3);
+  std::printf("1 rank,        4096 bytes: %8.3f ms (a call alone)\n", alone * 1e3);
   for (int ranks : {2, 4}) {
     double worst_large = 1e300;
     for (std::size_t bytes : sizes) {

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -307,4 +308,40 @@ TEST_CASE("a rank may start several all-reduces before waiting for any, and they
       CHECK_FALSE(got[static_cast<std::size_t>(r)].back());
     }
   }
+}
+
+TEST_CASE("a rank moves on while its thread calls progress between kernels, and a dropped call is driven to its end",
+          "[actors][collectives]") {
+  runtime rt{{.scheduler_threads = 2}};
+  auto ring = ring_group::start(rt, {.ranks = 2, .timeout = 20s}).value();
+  // 1 MB goes round the ring: rank 1 finishes only once rank 0 has passed its chunk on, which its
+  // thread does only while it drives the rank.
+  const auto a = random_values(1 << 18, 1), b = random_values(1 << 18, 2);
+  const auto want = add(a, b).value();
+  std::atomic<bool> other_done{false};
+  expected<tensor> got1 = make_error(errc::cancelled, "not called");
+  std::thread r1{[&] {
+    got1 = ring.all_reduce(1, {1, 0}, b);
+    other_done = true;
+  }};
+  auto pending = ring.start_all_reduce(0, {1, 0}, a);
+  const auto start = std::chrono::steady_clock::now();
+  while (!other_done && std::chrono::steady_clock::now() - start < 15s) {
+    ring.progress(0);  // a replica's kernels would run here
+    std::this_thread::sleep_for(1ms);
+  }
+  r1.join();
+  CHECK(std::chrono::steady_clock::now() - start < 10s);  // not the timeout
+  REQUIRE(got1);
+  CHECK(got1->to_vector<float>() == want.to_vector<float>());
+  auto got0 = pending.get();
+  REQUIRE(got0);
+  CHECK(got0->to_vector<float>() == want.to_vector<float>());
+
+  // Rank 0 starts the next call and drops it unwaited: dropping drives its part, so rank 1 ends.
+  std::thread r1_again{[&] { got1 = ring.all_reduce(1, {2, 0}, b); }};
+  { auto dropped = ring.start_all_reduce(0, {2, 0}, a); }
+  r1_again.join();
+  REQUIRE(got1);
+  CHECK(got1->to_vector<float>() == want.to_vector<float>());
 }

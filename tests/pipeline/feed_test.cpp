@@ -234,7 +234,8 @@ TEST_CASE("a feed that ends while paused ends after the held elements, finishing
   REQUIRE(endless.has_value());
   REQUIRE(endless->wait());
   auto stopped = endless->finish();
-  INFO(to_string(stopped.status.code) << ": " << stopped.status.message);  // once failed under TSan in a full run
+  // Failed under TSan while shutdown could reach a stage after its upstream had quit (now downstream first).
+  INFO(to_string(stopped.status.code) << ": " << stopped.status.message);
   CHECK_FALSE(stopped.status);
   CHECK(stopped.handled == 1);
 }
