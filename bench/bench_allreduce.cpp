@@ -25,12 +25,14 @@
 // model's own fused step), as samples per second: scaling_2x1_vs_1x1 (goal >= 1.7), with
 // train_1x1_samples_per_s and train_2x1_samples_per_s. The machine's own ceiling, measured in the
 // same run: two independent replicas, each a thread training its own model without exchanging
-// anything (scaling_independent_2x1_vs_1x1; on 2 vCPUs about 1.8). overlap_step_vs_compute: the
+// anything (scaling_independent_2x1_vs_1x1; on 2 vCPUs 1.85-2). overlap_step_vs_compute: the
 // mirrored step's time over that compute alone (goal <= 1.15), with buckets reduced while the
 // backward pass runs; scaling_2x1_no_overlap_vs_1x1 reduces them after it. split_step_1x1_vs_fused:
 // one replica through the strategy's step (gradients, then the update) against the model's fused
-// step, so that the exchange's cost is told apart from the split's. The steps run as fit runs
-// them, in a feed's handler (a device actor), on a runtime with a trainer's idle polling.
+// step, so that the exchange's cost is told apart from the split's. The same for the digits CNN
+// (256 rows per replica) with its gradients in 64 KB buckets, several per step: cnn_scaling_*,
+// cnn_overlap_step_vs_compute. The steps run as fit runs them, in a feed's handler (a device
+// actor), on a runtime with a trainer's idle polling.
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -172,15 +174,27 @@ std::string free_address() {
   return "127.0.0.1:" + std::to_string(port);
 }
 
-// Samples per second of the digits MLP over `replicas` replicas of one kernel thread each, with
-// `rows` rows per replica: the median over `reps` runs of `steps` steps (after warm-up steps).
-// `split`: a single replica too runs the strategy's step (gradients, then the update) rather than
-// the model's fused step.
-double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int steps, int reps, bool overlap = true, bool split = false) {
-  auto model = train::digits_mlp(1).value();
+// What train_samples_per_second trains.
+struct training_run {
+  bool cnn = false;  // the digits CNN (training/digits.hpp) instead of the MLP
+  int replicas = 1;
+  int64_t rows = 1024;  // per replica
+  int steps = 40;
+  bool overlap = true;
+  // A single replica too runs the strategy's step (gradients, then the update) rather than the
+  // model's fused step.
+  bool split = false;
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+};
+
+// Samples per second of `run` over its replicas of one kernel thread each: the median over `reps`
+// runs of its steps (after warm-up steps).
+double train_samples_per_second(runtime& rt, const training_run& spec, int reps) {
+  auto model = (spec.cnn ? train::digits_cnn(1) : train::digits_mlp(1)).value();
   if (!model.compile({.optimizer = optimizers::optimizer::adam(), .loss = {nn::sparse_categorical_crossentropy()}}))
     std::abort();
-  const int64_t global = rows * replicas;
+  const int replicas = spec.replicas, steps = spec.steps;
+  const int64_t global = spec.rows * replicas;
   std::vector<std::pair<tensor, tensor>> batches;
   for (uint64_t b = 0; b < 8; ++b) {
     std::vector<int64_t> labels(static_cast<std::size_t>(global));
@@ -188,10 +202,13 @@ double train_samples_per_second(runtime& rt, int replicas, int64_t rows, int ste
     batches.emplace_back(random_uniform({global, 8, 8, 1}, b).value(), tensor::from_vector(labels));
   }
   std::unique_ptr<distribute::replica_set> set;
-  if (replicas > 1 || split) {
+  if (replicas > 1 || spec.split) {
     std::vector<std::string> devices;
     for (int r = 0; r < replicas; ++r) devices.push_back("cpu:" + std::to_string(r));
-    set = distribute::mirrored_strategy(devices, {.threads_per_replica = 1, .overlap = overlap}).value()->start(rt, model).value();
+    set = distribute::mirrored_strategy(devices, {.threads_per_replica = 1, .bucket_bytes = spec.bucket_bytes, .overlap = spec.overlap})
+              .value()
+              ->start(rt, model)
+              .value();
   }
   // The steps run as fit runs them: in the handler of a feed, a device actor, so rank 0 (or the
   // single replica) computes on that actor's thread without a request to another.
@@ -289,16 +306,21 @@ int main(int argc, char** argv) {
   const int steps = quick ? 40 : 100;
   std::vector<double> one, one_split, two, two_serial, independent;
   runtime trainer{{.scheduler_threads = 2, .idle_polls = 50}};  // a trainer's setting, as fit's users run it
-  for (int round = 0; round < (quick ? 5 : 9); ++round) {
-    one.push_back(train_samples_per_second(trainer, 1, rows, steps, 1));
-    one_split.push_back(train_samples_per_second(trainer, 1, rows, steps, 1, true, true));
-    two.push_back(train_samples_per_second(trainer, 2, rows, steps, 1));
-    two_serial.push_back(train_samples_per_second(trainer, 2, rows, steps, 1, false));
+  // Two replicas that exchange nothing, each a thread of its own: the machine's ceiling.
+  auto apart_rate = [&](const training_run& alone, int reps) {
     double a = 0, b = 0;
-    std::thread other{[&] { b = train_samples_per_second(trainer, 1, rows, steps, 1); }};
-    a = train_samples_per_second(trainer, 1, rows, steps, 1);
+    std::thread other{[&] { b = train_samples_per_second(trainer, alone, reps); }};
+    a = train_samples_per_second(trainer, alone, reps);
     other.join();
-    independent.push_back(a + b);
+    return a + b;
+  };
+  for (int round = 0; round < (quick ? 5 : 9); ++round) {
+    const training_run mlp{.rows = rows, .steps = steps};
+    one.push_back(train_samples_per_second(trainer, mlp, 1));
+    one_split.push_back(train_samples_per_second(trainer, {.rows = rows, .steps = steps, .split = true}, 1));
+    two.push_back(train_samples_per_second(trainer, {.replicas = 2, .rows = rows, .steps = steps}, 1));
+    two_serial.push_back(train_samples_per_second(trainer, {.replicas = 2, .rows = rows, .steps = steps, .overlap = false}, 1));
+    independent.push_back(apart_rate(mlp, 1));
   }
   const double one_rate = bench::median(one), two_rate = bench::median(two), apart = bench::median(independent);
   const double serial_rate = bench::median(two_serial);
@@ -314,6 +336,33 @@ int main(int argc, char** argv) {
   json.add("split_step_1x1_vs_fused", bench::median(one_split) / one_rate);
   // A mirrored step's time over its compute alone (the same two replicas exchanging nothing).
   json.add("overlap_step_vs_compute", apart / two_rate);
+
+  // The digits CNN's 212 KB of gradients in buckets of 64 KB (its dense kernel alone, the convolution's,
+  // and the rest): the buckets of the last layers are summed while the earlier layers' gradients are
+  // computed, or all after the pass (no overlap).
+  {
+    constexpr int64_t cnn_rows = 256;
+    const int cnn_steps = quick ? 15 : 40;
+    constexpr std::size_t cnn_bucket = std::size_t{64} << 10;
+    std::vector<double> c_one, c_two, c_serial, c_apart;
+    for (int round = 0; round < (quick ? 3 : 7); ++round) {
+      const training_run cnn{.cnn = true, .rows = cnn_rows, .steps = cnn_steps};
+      c_one.push_back(train_samples_per_second(trainer, cnn, 1));
+      c_two.push_back(train_samples_per_second(
+          trainer, {.cnn = true, .replicas = 2, .rows = cnn_rows, .steps = cnn_steps, .bucket_bytes = cnn_bucket}, 1));
+      c_serial.push_back(train_samples_per_second(
+          trainer, {.cnn = true, .replicas = 2, .rows = cnn_rows, .steps = cnn_steps, .overlap = false, .bucket_bytes = cnn_bucket}, 1));
+      c_apart.push_back(apart_rate(cnn, 1));
+    }
+    const double c1 = bench::median(c_one), c2 = bench::median(c_two), cs = bench::median(c_serial), ca = bench::median(c_apart);
+    std::printf("digits CNN, %lld rows per replica, 64 KB buckets: 2x1 mirrored %.2fx 1x1 (without overlap %.2fx), "
+                "2 independent %.2fx\n",
+                static_cast<long long>(cnn_rows), c2 / c1, cs / c1, ca / c1);
+    json.add("cnn_scaling_2x1_vs_1x1", c2 / c1);
+    json.add("cnn_scaling_2x1_no_overlap_vs_1x1", cs / c1);
+    json.add("cnn_scaling_independent_2x1_vs_1x1", ca / c1);
+    json.add("cnn_overlap_step_vs_compute", ca / c2);
+  }
   json.print();
   return 0;
 }
