@@ -27,7 +27,6 @@
 #include <thread>
 #include <vector>
 
-#include "actors/caf_error.hpp"
 #include "actors/collective_link.hpp"
 #include "actors/message_types.hpp"
 #include "actors/runtime.hpp"

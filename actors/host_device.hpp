@@ -4,9 +4,10 @@
 // or a program's main thread calling model.predict_on_batch or an af::function): af::execute
 // sends the graph to one and waits, and the actor runs it through the backend on its own thread
 // (ops/runtime/executor.hpp). There is one per core, each taking one call at a time, so callers
-// on several threads still run their graphs at once; a caller takes the least busy. The request carries the caller's allocator scope and thread share,
-// so memory limits and kernel threads apply as if the caller had run it. Include from actor
-// translation units and runtime.cpp only (CAF stays behind it).
+// on several threads still run their graphs at once; a caller takes the least busy. The request
+// carries the caller's allocator scope and thread share, so memory limits and kernel threads
+// apply as if the caller had run it. Include from actor translation units and runtime.cpp only
+// (CAF stays behind it).
 
 #include <memory>
 
